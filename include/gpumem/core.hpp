@@ -1,0 +1,52 @@
+#pragma once
+// gpumem core vocabulary. CUDA-free: everything here compiles without the CUDA toolkit.
+//
+// Glossary — the allocator's words, used with these meanings everywhere in the code:
+//   request      what a caller asks for: bytes, alignment, stream.
+//   live         memory handed to a caller and not yet given back.
+//   cached       memory the pool holds that is not live: free blocks kept for reuse.
+//   reserved     memory the pool holds from its upstream (live + cached + rounding). On a
+//                virtual-memory upstream: the physical granules it holds, mapped or spare.
+//   fragmentation  peak reserved / peak live: what the pool costs on top of the job's own need.
+//   upstream     where the pool gets memory: cudaMalloc, a cudaMemPool, the virtual-memory arena,
+//                or the simulated device. Reached only through `gpumem::upstream`.
+//   segment      a contiguous address range the pool got from its upstream in one piece (plain
+//                upstreams), or the single reserved virtual range (virtual upstreams).
+//   granule      the upstream's unit of physical memory (2 MiB on the GPU and the simulator).
+//   spare        a physical granule the pool holds but has unmapped, ready to be mapped anywhere.
+//   harvest      unmapping the whole granules inside free blocks to make spares, so a request that
+//                needs contiguous space reuses physical memory instead of growing.
+//   block        a contiguous address range [addr, addr + size) the arena tracks, live or free.
+//   arena        the best-fit index over blocks: splits, coalesces, grows, harvests. One lock.
+//   size class   a rounded request size; small classes are served from slabs.
+//   slab         an arena block carved into equal slots of one small size class.
+//   slot         one small object's place in a slab.
+//   front cache  per-thread, per-stream bins of recently freed blocks, reused without a lock.
+//   stream       an ordered queue of device work (cudaStream_t on the GPU); `stream_ref` here.
+//   event        a marker recorded on a stream; completes when the work before it has run.
+//   ordering     the interface the pool asks about streams and events (`gpumem::ordering`).
+//   stream-owned a free block freed on stream S whose later reuse is safe on S at once, and on any
+//                other stream only after an event recorded on S (after the free) has completed.
+//   ready        a free block no stream's pending work can touch: reusable by every stream.
+#include <cstddef>
+#include <cstdint>
+
+namespace gpumem {
+
+// An opaque stream identity. On the GPU it is the cudaStream_t's value; 0 is the default stream.
+// The core never dereferences it: it only compares and hands it to `ordering`.
+using stream_ref = std::uintptr_t;
+
+// An event the `ordering` recorded; opaque to the core.
+using event_ref = std::uint64_t;
+
+inline constexpr std::size_t default_alignment = 256;   // what cudaMalloc guarantees
+inline constexpr std::size_t default_granularity = std::size_t{2} << 20;
+
+constexpr bool is_power_of_two(std::size_t x) noexcept { return x != 0 && (x & (x - 1)) == 0; }
+
+constexpr std::size_t align_up(std::size_t x, std::size_t a) noexcept {
+  return (x + a - 1) & ~(a - 1);
+}
+
+}  // namespace gpumem

@@ -1,0 +1,87 @@
+#pragma once
+// gpumem::pool — the stream-ordered caching pool. CUDA-free: it reaches memory only through an
+// `upstream` and streams only through an `ordering`, so the same code runs on the simulated device
+// and on a GPU.
+#include <cstddef>
+#include <limits>
+#include <memory>
+
+#include "gpumem/core.hpp"
+#include "gpumem/errors.hpp"
+#include "gpumem/pool_stats.hpp"
+#include "gpumem/resource.hpp"
+#include "gpumem/upstream.hpp"
+
+namespace gpumem {
+
+struct pool_options {
+  // Requests up to this size come from slabs carved into slots of their size class.
+  std::size_t small_max_bytes = std::size_t{64} << 10;
+  // Plain upstreams: the least a new segment asks for.
+  std::size_t min_segment_bytes = std::size_t{2} << 20;
+  // Cached bytes above this are given back to the upstream at once (virtual upstreams unmap whole
+  // free granules; plain ones free whole free segments). max() keeps everything, like
+  // cudaMallocAsync with its release threshold at its maximum.
+  std::size_t release_threshold_bytes = std::numeric_limits<std::size_t>::max();
+  // The pool never holds more than this from its upstream; past it a request throws out_of_memory.
+  std::size_t max_reserved_bytes = std::numeric_limits<std::size_t>::max();
+  // Virtual upstreams: height of the reserved address range; 0 = 4x the device's capacity.
+  std::size_t address_range_bytes = 0;
+  // Per-thread, per-stream front caches: the lock-free common path.
+  bool front_cache = true;
+  // Most bytes one thread's front cache keeps for one stream before it hands blocks back.
+  std::size_t front_cache_bytes = std::size_t{32} << 20;
+  // Freed memory is zeroed before another user can get it (multi-tenant services). Needs an
+  // upstream that can fill memory; a no-op on the simulator, which has none.
+  bool zero_on_free = false;
+};
+
+class pool {
+ public:
+  pool(upstream& up, ordering& ord, pool_options opts = {});
+  ~pool();
+  pool(const pool&) = delete;
+  pool& operator=(const pool&) = delete;
+
+  // Throws std::invalid_argument (alignment not a power of two or over the granule, size absurd),
+  // out_of_memory (after releasing caches and waiting for pending frees), or the upstream's error.
+  // A size of 0 returns nullptr.
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  // `bytes` and `alignment` must be what was asked at allocate; `s` is the stream after whose
+  // current work `p` is unused. Misuse (unknown pointer, double free, size mismatch) goes to the
+  // misuse handler. nullptr is ignored.
+  void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
+                  stream_ref s = 0) noexcept;
+  void* allocate(std::size_t bytes, stream_ref s) { return allocate(bytes, default_alignment, s); }
+  void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept {
+    deallocate(p, bytes, default_alignment, s);
+  }
+
+  // PyTorch's record_stream: `p` is also used on `s`. Its memory becomes reusable only after the
+  // work enqueued on every such stream before the free has finished.
+  void record_use(void* p, stream_ref s);
+
+  // Hands back everything cached: front caches, empty slabs, free segments / free granules.
+  // Waits for pending frees first.
+  void trim();
+
+  pool_stats stats() const;
+  // Resets the peaks to the current values.
+  void reset_peaks();
+  const pool_options& options() const noexcept;
+
+  // Checks every internal invariant (no overlapping blocks, accounting adds up, index consistent);
+  // throws std::logic_error naming the first one broken. For tests and fuzzers; O(blocks).
+  void check_invariants() const;
+
+  bool operator==(const pool& o) const noexcept { return this == &o; }
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+static_assert(resource<pool>);
+
+}  // namespace gpumem

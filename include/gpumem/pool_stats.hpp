@@ -1,0 +1,29 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace gpumem {
+
+// A snapshot of a pool's figures. Bytes unless named otherwise.
+struct pool_stats {
+  std::size_t live_bytes = 0;          // requested bytes callers hold
+  std::size_t peak_live_bytes = 0;
+  std::size_t reserved_bytes = 0;      // from the upstream: mapped + spare granules, or segments
+  std::size_t peak_reserved_bytes = 0;
+  std::size_t cached_bytes = 0;        // reserved - live - rounding held in live blocks
+  std::size_t largest_free_block_bytes = 0;  // largest mapped free block in the arena
+  std::uint64_t allocations = 0;       // successful allocate calls
+  std::uint64_t deallocations = 0;
+  std::uint64_t failed_allocations = 0;
+  std::uint64_t upstream_calls = 0;    // segments/physical granules created
+  std::uint64_t upstream_releases = 0;
+  std::uint64_t maps = 0;              // granules mapped (virtual upstreams)
+  std::uint64_t unmaps = 0;
+  std::uint64_t events_recorded = 0;
+  std::uint64_t front_hits = 0;        // requests served by a front cache without the arena
+  double fragmentation() const noexcept {
+    return peak_live_bytes ? double(peak_reserved_bytes) / double(peak_live_bytes) : 0.0;
+  }
+};
+
+}  // namespace gpumem
