@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <vector>
+#include <cstdint>
 
 #include "gpumem/core.hpp"
 #include "gpumem/errors.hpp"
@@ -34,6 +36,16 @@ struct pool_options {
   // Freed memory is zeroed before another user can get it (multi-tenant services). Needs an
   // upstream that can fill memory; a no-op on the simulator, which has none.
   bool zero_on_free = false;
+};
+
+// One range the pool tracks, for segment maps and reports.
+struct block_info {
+  enum class state : std::uint8_t { live, cached, unmapped };
+  std::uintptr_t address = 0;
+  std::size_t bytes = 0;
+  state st = state::cached;
+  stream_ref stream = 0;      // live: the allocating stream; cached: the owning stream (0 if ready)
+  std::size_t segment = 0;    // index of the segment / virtual range it lies in
 };
 
 class pool {
@@ -73,6 +85,10 @@ class pool {
   // Checks every internal invariant (no overlapping blocks, accounting adds up, index consistent);
   // throws std::logic_error naming the first one broken. For tests and fuzzers; O(blocks).
   void check_invariants() const;
+
+  // Every block in address order, live and free; free ranges whose granules are unmapped show as
+  // `unmapped`. Flushes nothing; O(blocks).
+  std::vector<block_info> blocks() const;
 
   bool operator==(const pool& o) const noexcept { return this == &o; }
 

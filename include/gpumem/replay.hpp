@@ -1,0 +1,60 @@
+#pragma once
+// Replays a trace through a resource on the simulated device (or, with the CUDA layer, on the GPU)
+// and measures it. The engine behind `gpumem replay`, `doctor`, `report` and `bench`.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpumem/pool.hpp"
+#include "gpumem/trace.hpp"
+
+namespace gpumem {
+
+struct replay_options {
+  // "pool" (ours, on the simulated device's virtual memory), "pool-segments" (ours on plain
+  // segments), "exact" (no caching: reserved = live, the floor). The CUDA layer adds GPU ones.
+  std::string resource = "pool";
+  std::size_t capacity_bytes = std::size_t{80} << 30;
+  pool_options pool;
+  std::size_t timeline_points = 0;  // > 0: keep about this many (downsampled) points of the timeline
+  bool segment_map_at_peak = false; // keep the pool's block map at the moment of peak reserved
+  // Called now and then with rows done; for progress bars.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+};
+
+struct timeline_point {
+  std::uint64_t op = 0;            // row index
+  std::int64_t time_us = -1;       // the row's wall time, when the trace has one
+  std::size_t live_bytes = 0;
+  std::size_t reserved_bytes = 0;
+};
+
+struct replay_result {
+  std::string trace;
+  std::string resource;
+  std::uint64_t ops = 0;
+  std::size_t peak_live_bytes = 0;
+  std::size_t peak_reserved_bytes = 0;
+  std::size_t final_reserved_bytes = 0;
+  double fragmentation = 0.0;       // peak reserved / peak live
+  double ns_per_op = 0.0;           // host time per allocate/free, replay loop only
+  std::uint64_t failed_allocs = 0;  // requests the resource could not serve
+  std::uint64_t trace_failures = 0; // `allocate failure` rows in the trace itself
+  pool_stats stats;                 // pool resources only
+  std::vector<timeline_point> timeline;
+  std::vector<block_info> segment_map_at_peak;
+  std::uint64_t peak_op = 0;        // row at which peak reserved was reached
+};
+
+// Throws std::invalid_argument for an unknown resource name.
+replay_result replay(const trace& t, const replay_options& opts);
+
+// Names `replay` accepts, for help texts and errors.
+std::vector<std::string> replay_resources();
+
+// Smallest capacity, to the granule, on which the trace runs with no failed allocation.
+std::size_t min_capacity(const trace& t, const replay_options& opts);
+
+}  // namespace gpumem
