@@ -9,7 +9,6 @@
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/arena.hpp"
 #include "core/slab_cache.hpp"
@@ -40,8 +39,11 @@ struct pool::impl {
   detail::slab_cache slabs;
   std::unordered_map<std::uintptr_t, live_entry> live;
   std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use
-  std::unordered_set<std::uintptr_t> recently_freed;
-  std::deque<std::uintptr_t> recently_freed_order;
+  // Recently freed pointers, to tell a double free from an unknown pointer: pointer -> the
+  // generation of its entry in the FIFO, so a pointer freed, reused and freed again is kept once.
+  std::unordered_map<std::uintptr_t, std::uint64_t> recently_freed;
+  std::deque<std::pair<std::uintptr_t, std::uint64_t>> recently_freed_order;
+  std::uint64_t free_generation = 0;
   pool_stats st;
 
   impl(upstream& u, ordering& o, const pool_options& op)
@@ -150,10 +152,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   std::uintptr_t a = p.take(bytes, alignment, s, sl, why);
   if (!a) p.throw_oom(bytes, alignment, s, std::move(why));
   p.live.emplace(a, impl::live_entry{bytes, alignment, s, sl});
-  if (!p.recently_freed.empty() && p.recently_freed.erase(a)) {
-    auto pos = std::find(p.recently_freed_order.begin(), p.recently_freed_order.end(), a);
-    if (pos != p.recently_freed_order.end()) p.recently_freed_order.erase(pos);
-  }
+  if (!p.recently_freed.empty()) p.recently_freed.erase(a);
   p.st.live_bytes += bytes;
   p.st.peak_live_bytes = std::max(p.st.peak_live_bytes, p.st.live_bytes);
   ++p.st.allocations;
@@ -201,11 +200,12 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
       p.st.live_bytes -= it->second.bytes;
       ++p.st.deallocations;
       p.live.erase(it);
-      p.recently_freed.insert(a);
-      p.recently_freed_order.push_back(a);
+      p.recently_freed[a] = ++p.free_generation;
+      p.recently_freed_order.emplace_back(a, p.free_generation);
       if (p.recently_freed_order.size() > remembered_frees) {
-        p.recently_freed.erase(p.recently_freed_order.front());
+        auto [old, gen] = p.recently_freed_order.front();
         p.recently_freed_order.pop_front();
+        if (auto f = p.recently_freed.find(old); f != p.recently_freed.end() && f->second == gen) p.recently_freed.erase(f);
       }
       return;
     }
