@@ -12,6 +12,8 @@
 
 #include "gpumem/errors.hpp"
 #include "gpumem/guard.hpp"
+#include "gpumem/pool.hpp"
+#include "gpumem/sim_device.hpp"
 #include "support/host_backed_resource.hpp"
 
 namespace {
@@ -306,4 +308,30 @@ TEST_F(guard_test, bad_requests_throw_clearly) {
   }
   EXPECT_THROW((void)g.allocate(~std::size_t{0} - 3), std::invalid_argument);
   EXPECT_THROW((void)g.allocate(std::size_t{2} << 30), std::bad_alloc);  // upstream's refusal
+}
+
+// The guard composes with the pool on the simulated device. The simulator's memory is never
+// backed, so canaries and poison are off; the bookkeeping checks still run, and a misuse stops at
+// the guard: the pool's own handler call would make a second report.
+TEST_F(guard_test, over_the_pool_on_the_simulated_device) {
+  gpumem::sim_options so;
+  so.auto_complete = true;
+  gpumem::sim_device dev(so);
+  gpumem::pool pool(dev.memory(), dev.streams());
+  gpumem::guard_options o;
+  o.canary_bytes = 0;
+  o.poison_freed = false;
+  {
+    gpumem::guard g(pool, o);
+    void* a = g.allocate(1000);
+    void* b = g.allocate(3 << 20);
+    g.deallocate(a, 1000);
+    g.deallocate(a, 1000);
+    EXPECT_EQ(only_report().kind, gpumem::misuse_kind::double_free);
+    g.deallocate(b, 3 << 20);
+    EXPECT_EQ(g.live_bytes(), 0u);
+  }
+  EXPECT_EQ(recorded().size(), 1u);
+  EXPECT_EQ(pool.stats().live_bytes, 0u);
+  pool.check_invariants();
 }
