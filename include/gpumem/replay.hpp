@@ -20,6 +20,8 @@ struct replay_options {
   pool_options pool;
   std::size_t timeline_points = 0;  // > 0: keep about this many (downsampled) points of the timeline
   bool segment_map_at_peak = false; // keep the pool's block map at the moment of peak reserved
+  // Replays the trace this many times back to back on the same resource (a soak).
+  std::size_t passes = 1;
   // Called now and then with rows done; for progress bars.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
@@ -46,6 +48,9 @@ struct replay_result {
   std::vector<timeline_point> timeline;
   std::vector<block_info> segment_map_at_peak;
   std::uint64_t peak_op = 0;        // row at which peak reserved was reached
+  std::size_t passes = 1;
+  std::size_t reserved_after_first_pass_bytes = 0;  // with passes > 1: the soak's baseline
+  double soak_growth = 0.0;          // with passes > 1: peak reserved after pass 1 / after pass 1 - 1
 };
 
 // Throws std::invalid_argument for an unknown resource name.

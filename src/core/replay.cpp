@@ -140,7 +140,11 @@ replay_result replay(const trace& t, const replay_options& opts) {
   const std::uint64_t stride = opts.timeline_points ? std::max<std::uint64_t>(1, total / opts.timeline_points) : 0;
   std::size_t live_bytes = 0, peak_live = 0, peak_reserved_seen = 0;
 
+  const std::size_t passes = std::max<std::size_t>(1, opts.passes);
+  r.passes = passes;
   const auto start = std::chrono::steady_clock::now();
+  for (std::size_t pass = 0; pass < passes; ++pass) {
+  if (pass == 1) r.reserved_after_first_pass_bytes = tgt->peak_reserved();
   for (std::uint64_t i = 0; i < total; ++i) {
     const trace_record& rec = t.records[i];
     switch (rec.action) {
@@ -174,10 +178,21 @@ replay_result replay(const trace& t, const replay_options& opts) {
         r.peak_op = i;
       }
     }
-    if (opts.progress && (i & 0xffff) == 0) opts.progress(i, total);
+    if (opts.progress && (i & 0xffff) == 0) opts.progress(pass * total + i, passes * total);
+  }
+  // A soak's next pass starts from what the trace left live: give it back so slots start clean.
+  if (pass + 1 < passes)
+    for (auto& b : live)
+      if (b.live) {
+        if (b.ptr) tgt->deallocate(b.ptr, b.bytes, 0);
+        live_bytes -= b.bytes;
+        b = {};
+      }
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  if (opts.progress) opts.progress(total, total);
+  if (opts.progress) opts.progress(passes * total, passes * total);
+  if (passes > 1 && r.reserved_after_first_pass_bytes)
+    r.soak_growth = double(tgt->peak_reserved()) / double(r.reserved_after_first_pass_bytes) - 1.0;
 
   r.peak_live_bytes = peak_live;
   r.peak_reserved_bytes = tgt->peak_reserved();

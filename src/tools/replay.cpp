@@ -18,6 +18,7 @@ struct replay_args {
   bool simulate = true;
   bool json = false;
   bool min_capacity = false;
+  std::size_t passes = 1;
 };
 
 nlohmann::json to_json(const replay_result& r) {
@@ -31,6 +32,11 @@ nlohmann::json to_json(const replay_result& r) {
                    {"ns_per_op", r.ns_per_op},
                    {"failed_allocs", r.failed_allocs},
                    {"trace_failures", r.trace_failures}};
+  if (r.reserved_after_first_pass_bytes) {
+    j["passes"] = r.passes;
+    j["reserved_after_first_pass_bytes"] = r.reserved_after_first_pass_bytes;
+    j["soak_growth"] = r.soak_growth;
+  }
   if (r.resource.rfind("pool", 0) == 0) {
     j["upstream_calls"] = r.stats.upstream_calls;
     j["maps"] = r.stats.maps;
@@ -54,6 +60,7 @@ int run(const replay_args& a) {
     for (const auto& res : a.resources) {
       replay_options o = base;
       o.resource = res;
+      o.passes = a.passes;
       progress_bar bar(fmt::format("replay {} ({})", t.name, res));
       o.progress = std::ref(bar);
       replay_result r = replay(t, o);
@@ -66,9 +73,13 @@ int run(const replay_args& a) {
         if (a.min_capacity) j["min_capacity_bytes"] = minimum;
         fmt::print("{}\n", j.dump());
       } else {
-        fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8.3f} {:>9.1f} {:>7}{}\n", r.trace, r.resource, r.ops,
+        fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8.3f} {:>9.1f} {:>7}{}{}\n", r.trace, r.resource, r.ops,
                    r.peak_live_bytes, r.peak_reserved_bytes, r.fragmentation, r.ns_per_op, r.failed_allocs,
-                   a.min_capacity ? fmt::format("  {:>14}", minimum) : "");
+                   a.min_capacity ? fmt::format("  {:>14}", minimum) : "",
+                   r.reserved_after_first_pass_bytes
+                       ? fmt::format("  soak: reserved after pass 1 {} B, growth over {} passes {:+.3f}%",
+                                     r.reserved_after_first_pass_bytes, a.passes, 100.0 * r.soak_growth)
+                       : "");
       }
     }
   }
@@ -88,6 +99,8 @@ const registrar reg{command{
       sub.add_flag("--simulate", args->simulate, "replay on the simulated device (the default)");
       sub.add_option("--capacity", args->capacity, "device capacity, e.g. 80G")->capture_default_str();
       sub.add_flag("--json", args->json, "one JSON object per trace and resource, each on its own line");
+      sub.add_option("--passes", args->passes, "replay each trace this many times back to back on one resource (a soak)")
+          ->check(CLI::Range(1, 100000));
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
       sub.callback([args, &exit_code] { exit_code = run(*args); });
