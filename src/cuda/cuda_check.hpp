@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "gpumem/errors.hpp"
+
 namespace gpumem::cuda_detail {
 
 [[noreturn]] void throw_runtime_error(const char* call, cudaError_t code, const char* file, int line);
