@@ -95,7 +95,7 @@ TYPED_TEST(PoolOnGpu, CrossStreamReuseWaitsForTheFreeingStream) {
     EXPECT_EQ(wrong, 0u) << "round " << round << ": stream B's data was overwritten by A's pending write";
     this->pool_->deallocate(q, bytes, default_alignment, from_cuda_stream(b.s));
   }
-  RecordProperty("reused_across_streams", reused);
+  this->RecordProperty("reused_across_streams", reused);
 }
 
 // Reuse on the same stream is immediate: stream order already protects it.
