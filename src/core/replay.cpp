@@ -1,0 +1,188 @@
+// The replay engine: a trace's requests, in file order, through one resource on the simulated
+// device. Each distinct Stream value is its own stream. The trace's free rows are moments the
+// memory was already reusable (PyTorch's free_completed), so the simulated streams complete at
+// once: replay measures placement and bookkeeping, not waiting.
+#include "gpumem/replay.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "gpumem/sim_device.hpp"
+
+namespace gpumem {
+namespace {
+
+// The three kinds of replay target behind one small interface, so the loop is written once.
+struct target {
+  virtual ~target() = default;
+  virtual void* allocate(std::size_t bytes, stream_ref s) = 0;  // nullptr: could not
+  virtual void deallocate(void* p, std::size_t bytes, stream_ref s) = 0;
+  virtual std::size_t reserved() = 0;
+  virtual std::size_t peak_reserved() = 0;
+  virtual pool_stats stats() { return {}; }
+  virtual std::vector<block_info> blocks() { return {}; }
+};
+
+struct pool_target final : target {
+  sim_device dev;
+  gpumem::pool p;
+  pool_target(const replay_options& o, bool virtual_memory)
+      : dev(sim_options{.capacity_bytes = o.capacity_bytes,
+                        .granularity_bytes = default_granularity,
+                        .virtual_memory = virtual_memory,
+                        .auto_complete = true}),
+        p(dev.memory(), dev.streams(), o.pool) {}
+  void* allocate(std::size_t bytes, stream_ref s) override {
+    try {
+      return p.allocate(bytes, default_alignment, s);
+    } catch (const out_of_memory&) {
+      return nullptr;
+    }
+  }
+  void deallocate(void* ptr, std::size_t bytes, stream_ref s) override { p.deallocate(ptr, bytes, default_alignment, s); }
+  std::size_t reserved() override { return p.stats().reserved_bytes; }
+  std::size_t peak_reserved() override { return p.stats().peak_reserved_bytes; }
+  pool_stats stats() override { return p.stats(); }
+  std::vector<block_info> blocks() override { return p.blocks(); }
+};
+
+struct exact_target final : target {
+  exact_resource r;
+  explicit exact_target(const replay_options& o) : r(o.capacity_bytes) {}
+  void* allocate(std::size_t bytes, stream_ref s) override {
+    try {
+      return r.allocate(bytes, default_alignment, s);
+    } catch (const out_of_memory&) {
+      return nullptr;
+    }
+  }
+  void deallocate(void* ptr, std::size_t bytes, stream_ref s) override { r.deallocate(ptr, bytes, default_alignment, s); }
+  std::size_t reserved() override { return r.live_bytes(); }
+  std::size_t peak_reserved() override { return r.peak_live_bytes(); }
+};
+
+// glibc malloc/free on the host: a fairness baseline for host-side bookkeeping cost. It reserves
+// host memory we cannot see, so its reserved figures are its live ones.
+struct malloc_target final : target {
+  std::size_t live = 0, peak = 0;
+  void* allocate(std::size_t bytes, stream_ref) override {
+    void* p = std::malloc(bytes);
+    live += bytes;
+    peak = std::max(peak, live);
+    return p;
+  }
+  void deallocate(void* ptr, std::size_t bytes, stream_ref) override {
+    std::free(ptr);
+    live -= bytes;
+  }
+  std::size_t reserved() override { return live; }
+  std::size_t peak_reserved() override { return peak; }
+};
+
+std::unique_ptr<target> make_target(const replay_options& o) {
+  if (o.resource == "pool") return std::make_unique<pool_target>(o, true);
+  if (o.resource == "pool-segments") return std::make_unique<pool_target>(o, false);
+  if (o.resource == "exact") return std::make_unique<exact_target>(o);
+  if (o.resource == "malloc") return std::make_unique<malloc_target>();
+  std::string names;
+  for (const auto& n : replay_resources()) names += (names.empty() ? "" : ", ") + n;
+  throw std::invalid_argument(fmt::format("unknown resource '{}' (known: {})", o.resource, names));
+}
+
+}  // namespace
+
+std::vector<std::string> replay_resources() { return {"pool", "pool-segments", "exact", "malloc"}; }
+
+replay_result replay(const trace& t, const replay_options& opts) {
+  auto tgt = make_target(opts);
+  replay_result r;
+  r.trace = t.name;
+  r.resource = opts.resource;
+
+  struct live_block { void* ptr; std::size_t bytes; };
+  std::unordered_map<std::uint64_t, live_block> live;  // trace pointer -> ours (nullptr: failed)
+  live.reserve(4096);
+  const bool instrumented = opts.timeline_points > 0 || opts.segment_map_at_peak;
+  const std::uint64_t total = t.records.size();
+  const std::uint64_t stride = opts.timeline_points ? std::max<std::uint64_t>(1, total / opts.timeline_points) : 0;
+  std::size_t live_bytes = 0, peak_live = 0, peak_reserved_seen = 0;
+
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint64_t i = 0; i < total; ++i) {
+    const trace_record& rec = t.records[i];
+    switch (rec.action) {
+      case trace_action::allocate: {
+        void* p = tgt->allocate(rec.size, rec.stream);
+        if (!p && rec.size) ++r.failed_allocs;
+        live[rec.pointer] = {p, rec.size};
+        live_bytes += rec.size;
+        peak_live = std::max(peak_live, live_bytes);
+        ++r.ops;
+        break;
+      }
+      case trace_action::free: {
+        auto it = live.find(rec.pointer);
+        if (it == live.end()) break;  // read_trace validated it; a hand-built trace may not be
+        if (it->second.ptr) tgt->deallocate(it->second.ptr, it->second.bytes, rec.stream);
+        live_bytes -= it->second.bytes;
+        live.erase(it);
+        ++r.ops;
+        break;
+      }
+      case trace_action::allocate_failure: ++r.trace_failures; break;
+    }
+    if (instrumented) {
+      const std::size_t reserved = tgt->reserved();
+      if (stride && (i % stride == 0 || i + 1 == total))
+        r.timeline.push_back({i, rec.time_us, live_bytes, reserved});
+      if (opts.segment_map_at_peak && reserved > peak_reserved_seen) {
+        peak_reserved_seen = reserved;
+        r.segment_map_at_peak = tgt->blocks();
+        r.peak_op = i;
+      }
+    }
+    if (opts.progress && (i & 0xffff) == 0) opts.progress(i, total);
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  if (opts.progress) opts.progress(total, total);
+
+  r.peak_live_bytes = peak_live;
+  r.peak_reserved_bytes = tgt->peak_reserved();
+  r.final_reserved_bytes = tgt->reserved();
+  r.fragmentation = peak_live ? double(r.peak_reserved_bytes) / double(peak_live) : 0.0;
+  r.ns_per_op = r.ops ? double(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()) / double(r.ops) : 0.0;
+  r.stats = tgt->stats();
+  // Leave nothing behind in the target (its destructor would report leaks otherwise).
+  for (auto& [ptr, b] : live)
+    if (b.ptr) tgt->deallocate(b.ptr, b.bytes, 0);
+  return r;
+}
+
+std::size_t min_capacity(const trace& t, const replay_options& opts) {
+  replay_options o = opts;
+  o.timeline_points = 0;
+  o.segment_map_at_peak = false;
+  o.progress = nullptr;
+  const std::size_t g = default_granularity;
+  replay_result unlimited = replay(t, o);
+  if (unlimited.failed_allocs) return 0;  // does not run even on the given capacity
+  // Fits at hi; search the granule count between the live floor and the unlimited peak.
+  std::size_t lo = unlimited.peak_live_bytes / g, hi = align_up(unlimited.peak_reserved_bytes, g) / g;
+  if (lo == 0) lo = 1;
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    o.capacity_bytes = mid * g;
+    if (replay(t, o).failed_allocs == 0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return hi * g;
+}
+
+}  // namespace gpumem

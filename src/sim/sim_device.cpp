@@ -1,0 +1,289 @@
+// The simulated device: memory accounting, an address space and controllable streams.
+#include "gpumem/sim_device.hpp"
+#include "gpumem/errors.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace gpumem {
+
+// The whole device state behind one mutex: the simulator is for correctness, not speed, and a
+// single lock makes it safe for multi-threaded pool tests.
+struct sim_device::state {
+  sim_options opts;
+  mutable std::mutex m;
+  std::uintptr_t next_address;          // bump pointer: addresses are never handed out twice
+  std::size_t used = 0, peak_used = 0;
+  std::uint64_t creates = 0;
+  std::uint64_t calls_until_failure = 0;  // 0 = no planned failure
+  bool fail_all = false;
+  std::uint64_t next_handle = 1;
+  std::unordered_map<std::uint64_t, std::size_t> handles;         // physical handle -> bytes
+  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> mappings;  // addr -> (bytes, handle)
+  std::map<std::uintptr_t, std::size_t> segments;                 // plain segments
+  std::map<std::uintptr_t, std::size_t> ranges;                   // reserved virtual ranges
+  // Streams: an event's position on its stream; complete(s) moves the stream's done mark.
+  std::uint64_t next_stream = 0x1000;
+  struct stream_state { std::uint64_t recorded = 0, done = 0; };
+  std::unordered_map<stream_ref, stream_state> streams;
+  struct event_state { stream_ref stream; std::uint64_t position; };
+  std::unordered_map<event_ref, event_state> events;
+  event_ref next_event = 1;
+  std::uint64_t events_recorded = 0;
+  std::unique_ptr<upstream> up;   // the interfaces the pool sees, over this state
+  std::unique_ptr<ordering> ord;
+
+  explicit state(sim_options o) : opts(o), next_address(o.base_address) {
+    if (!is_power_of_two(opts.granularity_bytes))
+      throw std::invalid_argument(fmt::format("sim_device: granularity {} is not a power of two",
+                                              opts.granularity_bytes));
+  }
+
+  // Refusal for capacity or a planned fault; counts as one upstream call.
+  bool refuse(std::size_t bytes) {
+    if (fail_all) return true;
+    if (calls_until_failure && --calls_until_failure == 0) return true;
+    return used + bytes > opts.capacity_bytes;
+  }
+  void take(std::size_t bytes) {
+    used += bytes;
+    if (used > peak_used) peak_used = used;
+    ++creates;
+  }
+  std::uintptr_t carve_addresses(std::size_t bytes) {
+    // Align every piece to the granule so the addresses look like the driver's.
+    std::uintptr_t a = align_up(next_address, opts.granularity_bytes);
+    next_address = a + bytes + opts.granularity_bytes;  // a gap: neighbours never touch by accident
+    return a;
+  }
+};
+
+namespace {
+
+class sim_upstream final : public upstream {
+ public:
+  explicit sim_upstream(sim_device::state& s) : s_(s) {}
+  std::string name() const override { return "sim"; }
+  std::size_t granularity() const noexcept override { return s_.opts.granularity_bytes; }
+  bool supports_virtual() const noexcept override { return s_.opts.virtual_memory; }
+  std::size_t capacity_bytes() const noexcept override { return s_.opts.capacity_bytes; }
+
+  void* allocate_segment(std::size_t bytes) override {
+    std::lock_guard lock(s_.m);
+    if (bytes == 0 || bytes % s_.opts.granularity_bytes)
+      throw std::invalid_argument(fmt::format("sim: segment of {} B is not a multiple of the {} B granule",
+                                              bytes, s_.opts.granularity_bytes));
+    if (s_.refuse(bytes)) return nullptr;
+    s_.take(bytes);
+    std::uintptr_t a = s_.carve_addresses(bytes);
+    s_.segments.emplace(a, bytes);
+    return reinterpret_cast<void*>(a);
+  }
+  void free_segment(void* base, std::size_t bytes) noexcept override {
+    std::lock_guard lock(s_.m);
+    auto it = s_.segments.find(reinterpret_cast<std::uintptr_t>(base));
+    if (it == s_.segments.end() || it->second != bytes) {
+      report_misuse({misuse_kind::unknown_pointer, base, bytes, it == s_.segments.end() ? 0 : it->second,
+                     "sim: free_segment of a range that is not a segment of this device"});
+      return;
+    }
+    s_.used -= bytes;
+    s_.segments.erase(it);
+  }
+
+  void* reserve_range(std::size_t bytes) override {
+    std::lock_guard lock(s_.m);
+    if (!s_.opts.virtual_memory) throw std::logic_error("sim: virtual memory is off for this device");
+    std::uintptr_t a = s_.carve_addresses(align_up(bytes, s_.opts.granularity_bytes));
+    s_.ranges.emplace(a, bytes);
+    return reinterpret_cast<void*>(a);
+  }
+  void release_range(void* base, std::size_t) noexcept override {
+    std::lock_guard lock(s_.m);
+    s_.ranges.erase(reinterpret_cast<std::uintptr_t>(base));
+  }
+  std::optional<physical_handle> create_physical(std::size_t bytes) override {
+    std::lock_guard lock(s_.m);
+    if (bytes == 0 || bytes % s_.opts.granularity_bytes)
+      throw std::invalid_argument(fmt::format("sim: physical size {} B is not a multiple of the {} B granule",
+                                              bytes, s_.opts.granularity_bytes));
+    if (s_.refuse(bytes)) return std::nullopt;
+    s_.take(bytes);
+    std::uint64_t h = s_.next_handle++;
+    s_.handles.emplace(h, bytes);
+    return physical_handle{h};
+  }
+  void release_physical(physical_handle h, std::size_t bytes) noexcept override {
+    std::lock_guard lock(s_.m);
+    auto it = s_.handles.find(h.value);
+    if (it == s_.handles.end() || it->second != bytes) {
+      report_misuse({misuse_kind::unknown_pointer, nullptr, bytes, 0,
+                     fmt::format("sim: release of unknown physical handle {}", h.value)});
+      return;
+    }
+    s_.used -= bytes;
+    s_.handles.erase(it);
+  }
+  void map(void* at, std::size_t bytes, physical_handle h) override {
+    std::lock_guard lock(s_.m);
+    auto a = reinterpret_cast<std::uintptr_t>(at);
+    if (a % s_.opts.granularity_bytes || bytes % s_.opts.granularity_bytes)
+      throw std::invalid_argument("sim: map at an address or size that is not granule aligned");
+    auto hit = s_.handles.find(h.value);
+    if (hit == s_.handles.end() || hit->second != bytes)
+      throw std::invalid_argument(fmt::format("sim: map of unknown handle {} or wrong size", h.value));
+    auto next = s_.mappings.lower_bound(a);
+    if ((next != s_.mappings.end() && next->first < a + bytes) ||
+        (next != s_.mappings.begin() && std::prev(next)->first + std::prev(next)->second.first > a))
+      throw std::logic_error(fmt::format("sim: map at {:#x} overlaps an existing mapping", a));
+    s_.mappings.emplace(a, std::pair{bytes, h.value});
+  }
+  void unmap(void* at, std::size_t bytes) noexcept override {
+    std::lock_guard lock(s_.m);
+    auto it = s_.mappings.find(reinterpret_cast<std::uintptr_t>(at));
+    if (it == s_.mappings.end() || it->second.first != bytes) {
+      report_misuse({misuse_kind::unknown_pointer, at, bytes, 0, "sim: unmap of a range that is not mapped"});
+      return;
+    }
+    s_.mappings.erase(it);
+  }
+
+ private:
+  sim_device::state& s_;
+};
+
+class sim_ordering final : public ordering {
+ public:
+  explicit sim_ordering(sim_device::state& s) : s_(s) {}
+  event_ref record(stream_ref st) override {
+    std::lock_guard lock(s_.m);
+    auto& ss = s_.streams[st];
+    std::uint64_t pos = ++ss.recorded;
+    if (s_.opts.auto_complete) ss.done = pos;
+    event_ref e = s_.next_event++;
+    s_.events.emplace(e, sim_device::state::event_state{st, pos});
+    ++s_.events_recorded;
+    return e;
+  }
+  bool query(event_ref e) override {
+    std::lock_guard lock(s_.m);
+    const auto& ev = find(e);
+    return s_.streams[ev.stream].done >= ev.position;
+  }
+  void synchronize(event_ref e) override {
+    // The host waits: time passes until the stream has run that far.
+    std::lock_guard lock(s_.m);
+    const auto& ev = find(e);
+    auto& ss = s_.streams[ev.stream];
+    if (ss.done < ev.position) ss.done = ev.position;
+  }
+  void stream_wait(stream_ref, event_ref e) override {
+    std::lock_guard lock(s_.m);
+    find(e);  // the simulator runs no device work: the dependency has nothing to order
+  }
+  void release(event_ref e) noexcept override {
+    std::lock_guard lock(s_.m);
+    s_.events.erase(e);
+  }
+
+ private:
+  const sim_device::state::event_state& find(event_ref e) {
+    auto it = s_.events.find(e);
+    if (it == s_.events.end()) throw std::invalid_argument(fmt::format("sim: unknown event {}", e));
+    return it->second;
+  }
+  sim_device::state& s_;
+};
+
+}  // namespace
+
+sim_device::sim_device(sim_options opts) : state_(std::make_unique<state>(opts)) {
+  state_->up = std::make_unique<sim_upstream>(*state_);
+  state_->ord = std::make_unique<sim_ordering>(*state_);
+}
+sim_device::~sim_device() = default;
+
+upstream& sim_device::memory() noexcept { return *state_->up; }
+ordering& sim_device::streams() noexcept { return *state_->ord; }
+
+stream_ref sim_device::create_stream() {
+  std::lock_guard lock(state_->m);
+  stream_ref s = state_->next_stream;
+  state_->next_stream += 0x10;
+  state_->streams[s];
+  return s;
+}
+void sim_device::complete(stream_ref s) {
+  std::lock_guard lock(state_->m);
+  auto& ss = state_->streams[s];
+  ss.done = ss.recorded;
+}
+void sim_device::complete_all() {
+  std::lock_guard lock(state_->m);
+  for (auto& [s, ss] : state_->streams) ss.done = ss.recorded;
+}
+void sim_device::set_auto_complete(bool on) {
+  std::lock_guard lock(state_->m);
+  state_->opts.auto_complete = on;
+  if (on)
+    for (auto& [s, ss] : state_->streams) ss.done = ss.recorded;
+}
+void sim_device::fail_nth_call(std::uint64_t n) {
+  std::lock_guard lock(state_->m);
+  state_->calls_until_failure = n;
+}
+void sim_device::fail_every(bool on) {
+  std::lock_guard lock(state_->m);
+  state_->fail_all = on;
+}
+std::size_t sim_device::capacity_bytes() const noexcept { return state_->opts.capacity_bytes; }
+std::size_t sim_device::used_bytes() const noexcept {
+  std::lock_guard lock(state_->m);
+  return state_->used;
+}
+std::size_t sim_device::peak_used_bytes() const noexcept {
+  std::lock_guard lock(state_->m);
+  return state_->peak_used;
+}
+std::uint64_t sim_device::upstream_calls() const noexcept {
+  std::lock_guard lock(state_->m);
+  return state_->creates;
+}
+std::uint64_t sim_device::events_recorded() const noexcept {
+  std::lock_guard lock(state_->m);
+  return state_->events_recorded;
+}
+std::uint64_t sim_device::events_pending() const noexcept {
+  std::lock_guard lock(state_->m);
+  std::uint64_t n = 0;
+  for (const auto& [e, ev] : state_->events)
+    if (state_->streams.at(ev.stream).done < ev.position) ++n;
+  return n;
+}
+bool sim_device::is_mapped(const void* p, std::size_t bytes) const noexcept {
+  std::lock_guard lock(state_->m);
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto inside = [&](const auto& table, auto size_of) {
+    auto it = table.upper_bound(a);
+    if (it == table.begin()) return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + size_of(it->second);
+  };
+  if (inside(state_->segments, [](std::size_t b) { return b; })) return true;
+  // A virtual range may be mapped granule by granule: walk the granules it covers.
+  const std::size_t g = state_->opts.granularity_bytes;
+  for (std::uintptr_t x = a - a % g; x < a + bytes; x += g) {
+    auto it = state_->mappings.upper_bound(x);
+    if (it == state_->mappings.begin()) return false;
+    --it;
+    if (x >= it->first + it->second.first) return false;
+  }
+  return bytes > 0;
+}
+
+}  // namespace gpumem

@@ -1,0 +1,97 @@
+// gpumem replay TRACE... — a trace's requests through a resource on the simulated device.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gpumem/replay.hpp"
+#include "tools/byte_size.hpp"
+#include "tools/command.hpp"
+#include "tools/progress.hpp"
+
+namespace gpumem::tools {
+namespace {
+
+struct replay_args {
+  std::vector<std::string> traces;
+  std::vector<std::string> resources{"pool"};
+  std::string capacity = "80G";
+  bool simulate = true;
+  bool json = false;
+  bool min_capacity = false;
+};
+
+nlohmann::json to_json(const replay_result& r) {
+  nlohmann::json j{{"trace", r.trace},
+                   {"resource", r.resource},
+                   {"ops", r.ops},
+                   {"peak_live_bytes", r.peak_live_bytes},
+                   {"peak_reserved_bytes", r.peak_reserved_bytes},
+                   {"final_reserved_bytes", r.final_reserved_bytes},
+                   {"fragmentation", r.fragmentation},
+                   {"ns_per_op", r.ns_per_op},
+                   {"failed_allocs", r.failed_allocs},
+                   {"trace_failures", r.trace_failures}};
+  if (r.resource.rfind("pool", 0) == 0) {
+    j["upstream_calls"] = r.stats.upstream_calls;
+    j["maps"] = r.stats.maps;
+    j["unmaps"] = r.stats.unmaps;
+    j["events_recorded"] = r.stats.events_recorded;
+  }
+  return j;
+}
+
+int run(const replay_args& a) {
+  replay_options base;
+  base.capacity_bytes = parse_byte_size(a.capacity);
+  if (!a.simulate)
+    throw std::invalid_argument("replay on the GPU is not part of this build's CLI yet: use --simulate");
+  bool any_failed = false;
+  if (!a.json)
+    fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8} {:>9} {:>7}{}\n", "trace", "resource", "ops",
+               "peak_live_B", "peak_reserved_B", "frag", "ns/op", "failed", a.min_capacity ? "  min_capacity_B" : "");
+  for (const auto& path : a.traces) {
+    const trace t = read_trace(path);
+    for (const auto& res : a.resources) {
+      replay_options o = base;
+      o.resource = res;
+      progress_bar bar(fmt::format("replay {} ({})", t.name, res));
+      o.progress = std::ref(bar);
+      replay_result r = replay(t, o);
+      bar.finish();
+      any_failed |= r.failed_allocs > 0;
+      std::size_t minimum = 0;
+      if (a.min_capacity) minimum = gpumem::min_capacity(t, o);
+      if (a.json) {
+        auto j = to_json(r);
+        if (a.min_capacity) j["min_capacity_bytes"] = minimum;
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8.3f} {:>9.1f} {:>7}{}\n", r.trace, r.resource, r.ops,
+                   r.peak_live_bytes, r.peak_reserved_bytes, r.fragmentation, r.ns_per_op, r.failed_allocs,
+                   a.min_capacity ? fmt::format("  {:>14}", minimum) : "");
+      }
+    }
+  }
+  return any_failed ? exit_failure : exit_ok;
+}
+
+const registrar reg{command{
+    "replay", "Replay allocation traces (RMM log CSV, plain or .gz) through a resource and measure it",
+    [](CLI::App& sub, int& exit_code) {
+      auto args = std::make_shared<replay_args>();
+      sub.add_option("traces", args->traces, "trace files")->required()->check(CLI::ExistingFile);
+      std::string names;
+      for (const auto& n : replay_resources()) names += (names.empty() ? "" : ", ") + n;
+      sub.add_option("--resource", args->resources, "resource(s), comma separated: " + names)
+          ->delimiter(',')
+          ->capture_default_str();
+      sub.add_flag("--simulate", args->simulate, "replay on the simulated device (the default)");
+      sub.add_option("--capacity", args->capacity, "device capacity, e.g. 80G")->capture_default_str();
+      sub.add_flag("--json", args->json, "one JSON object per trace and resource, each on its own line");
+      sub.add_flag("--min-capacity", args->min_capacity,
+                   "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
+      sub.callback([args, &exit_code] { exit_code = run(*args); });
+    }}};
+
+}  // namespace
+}  // namespace gpumem::tools
