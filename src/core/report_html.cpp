@@ -52,21 +52,15 @@ class json_out {
     comma();
     str(k);
     s += ':';
-    fresh_ = true;
   }
   void open(char c) {
     comma();
     s += c;
-    fresh_ = true;
   }
-  void close(char c) {
-    s += c;
-    fresh_ = false;
-  }
-  // Before a value in an array: a comma unless first.
+  void close(char c) { s += c; }
+  // Before a key or an array item: a comma unless first in its object or array.
   void comma() {
-    if (!fresh_ && !s.empty() && s.back() != '[' && s.back() != '{' && s.back() != ':') s += ',';
-    fresh_ = false;
+    if (!s.empty() && s.back() != '[' && s.back() != '{' && s.back() != ':') s += ',';
   }
   template <class T>
   void kv(std::string_view k, const T& v) {
@@ -91,9 +85,6 @@ class json_out {
     comma();
     val(v);
   }
-
- private:
-  bool fresh_ = true;
 };
 
 int state_code(block_info::state s) {
@@ -261,6 +252,12 @@ td.l, th.l { text-align:left; }
     while (Math.abs(v) >= 1024 && i < 4) { v /= 1024; i++; }
     return (i === 0 ? String(Math.round(v)) : v.toFixed(Math.abs(v) < 10 ? 2 : Math.abs(v) < 100 ? 1 : 0)) + ' ' + UNITS[i];
   }
+  function fmtAxisB(b) { return fmtB(b).replace(/\.0+ /, ' ').replace(/(\.\d)0 /, '$1 '); }
+  function fmtDur(us) {
+    if (us < 1000) return Math.round(us) + ' \u00b5s';
+    if (us < 1e6) return (us / 1e3).toFixed(us < 1e4 ? 2 : 1) + ' ms';
+    return (us / 1e6).toFixed(3) + ' s';
+  }
   function fmtN(n) { return Number(n).toLocaleString('en-US'); }
   function hex(n) { return '0x' + Number(n).toString(16); }
   function esc(s) { return String(s).replace(/[&<>"]/g, function (c) { return {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c]; }); }
@@ -273,7 +270,7 @@ td.l, th.l { text-align:left; }
   function when(row, us) {
     var t = 'event #' + fmtN(row);
     if (us !== undefined && us >= 0 && D.trace.first_time_us >= 0)
-      t += ' (' + clock(us) + ', +' + ((us - D.trace.first_time_us) / 1e6).toFixed(3) + ' s)';
+      t += ' (' + clock(us) + ', +' + fmtDur(us - D.trace.first_time_us) + ')';
     return t;
   }
   var tip = document.getElementById('tip');
@@ -351,7 +348,7 @@ td.l, th.l { text-align:left; }
     var L = D.timeline, box = document.getElementById('timeline');
     var n = L.row.length;
     if (!n) { box.textContent = 'No timeline: the trace has no rows.'; return; }
-    var W = 1206, H = 250, ml = 70, mr = 16, mt = 10, mb = 34, pw = W - ml - mr, ph = H - mt - mb;
+    var W = Math.max(640, box.clientWidth || 1166), H = 260, ml = 70, mr = 10, mt = 20, mb = 34, pw = W - ml - mr, ph = H - mt - mb;
     var svg = el('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, id: 'timeline-svg'}, box);
     var maxY = 0;
     for (var i = 0; i < n; i++) maxY = Math.max(maxY, L.live[i], L.reserved.length ? L.reserved[i] : 0);
@@ -361,7 +358,7 @@ td.l, th.l { text-align:left; }
     var grid = el('g', {'class': 'grid'}, svg), axis = el('g', {'class': 'axis'}, svg);
     yt.ticks.forEach(function (v) {
       el('line', {x1: ml, x2: ml + pw, y1: Y(v), y2: Y(v)}, grid);
-      el('text', {x: ml - 6, y: Y(v) + 4, 'text-anchor': 'end'}, axis, fmtB(v));
+      el('text', {x: ml - 6, y: Y(v) + 4, 'text-anchor': 'end'}, axis, fmtAxisB(v));
     });
     niceTicks(lastRow, 8).forEach(function (r) {
       el('line', {x1: X(r), x2: X(r), y1: mt + ph, y2: mt + ph + 4}, axis);
@@ -380,7 +377,8 @@ td.l, th.l { text-align:left; }
     if (D.replay.peak_op >= 0) {
       var px = X(D.replay.peak_op);
       el('line', {x1: px, x2: px, y1: mt, y2: mt + ph, stroke: '#98a2b3', 'stroke-dasharray': '4 3'}, svg);
-      el('text', {x: px + (px > ml + pw - 120 ? -4 : 4), y: mt + 10, 'text-anchor': px > ml + pw - 120 ? 'end' : 'start'}, svg, 'peak reserved (segment map below)');
+      el('text', {x: px + (px > ml + pw - 200 ? -4 : 4), y: mt - 6, 'text-anchor': px > ml + pw - 200 ? 'end' : 'start'}, svg, 'peak reserved: the segment map below');
+      el('line', {x1: px, x2: px, y1: mt - 4, y2: mt}, svg).setAttribute('stroke', '#98a2b3');
     }
     var guide = el('line', {y1: mt, y2: mt + ph, stroke: '#1d2330', 'stroke-width': 0.8, visibility: 'hidden'}, svg);
     var dotL = el('circle', {r: 3.5, fill: 'var(--live)', visibility: 'hidden'}, svg);
@@ -428,7 +426,7 @@ td.l, th.l { text-align:left; }
       segs[s].bytes = r[0] + r[1] - segs[s].base;
     });
     var total = 0; segs.forEach(function (s) { total += s.bytes; });
-    var W = 1206, ml = 76, rowW = W - ml - 6, gap = 4, rowH = 20, rowGap = 7;
+    var W = Math.max(640, box.clientWidth || 1166), ml = 76, rowW = W - ml - 4, gap = 4, rowH = 20, rowGap = 7;
     var rows = Math.max(1, Math.min(24, Math.ceil(total / (2 * 1024 * 1024) / 64)));
     var bpp = total / Math.max(rowW * rows - gap * segs.length, rowW * rows * 0.5);
     // Lay segments end to end on a strip of px, wrapped into rows of rowW.
@@ -453,7 +451,7 @@ td.l, th.l { text-align:left; }
     var rowOffsets = [];
     for (var r = 0; r < nrows; r++) {
       el('rect', {x: ml, y: r * (rowH + rowGap) + 2, width: rowW, height: rowH, fill: '#fafbfc'}, svg);
-      el('text', {x: ml - 6, y: r * (rowH + rowGap) + 2 + rowH / 2 + 4, 'text-anchor': 'end'}, svg, fmtB(r * rowW * bpp));
+      el('text', {x: ml - 6, y: r * (rowH + rowGap) + 2 + rowH / 2 + 4, 'text-anchor': 'end'}, svg, fmtAxisB(r * rowW * bpp));
       rowOffsets.push(r);
     }
     var g = el('g', {}, svg), rects = [];
@@ -500,7 +498,7 @@ td.l, th.l { text-align:left; }
       if (b[9] >= 0) {
         var lt = D.lifetimes[b[9]];
         html += '<br>request: ' + fmtB(lt[1]) + '<br>allocated at ' + esc(when(lt[2], lt[3]));
-        html += '<br>' + (lt[4] >= 0 ? 'freed at ' + esc(when(lt[4], lt[5])) + '<br>lived ' + fmtN(lt[4] - lt[2]) + ' events' + (lt[5] >= 0 && lt[3] >= 0 ? ', ' + ((lt[5] - lt[3]) / 1e6).toFixed(3) + ' s' : '') : 'never freed in the trace');
+        html += '<br>' + (lt[4] >= 0 ? 'freed at ' + esc(when(lt[4], lt[5])) + '<br>lived ' + fmtN(lt[4] - lt[2]) + ' events' + (lt[5] >= 0 && lt[3] >= 0 ? ', ' + fmtDur(lt[5] - lt[3]) : '') : 'never freed in the trace');
       } else if (b[2] === 0 && b[5] === 1 && D.lifetimes_paired) {
         html += '<br>a slab of small objects (or a block no single request matches)';
       }
@@ -517,7 +515,7 @@ td.l, th.l { text-align:left; }
   function drawHist() {
     var B = D.histogram, box = document.getElementById('hist');
     if (!B.length) { box.textContent = 'The trace makes no allocation.'; return; }
-    var W = 1206, H = 210, ml = 70, mr = 10, mt = 14, mb = 40, pw = W - ml - mr, ph = H - mt - mb;
+    var W = Math.max(640, box.clientWidth || 1166), H = 210, ml = 70, mr = 10, mt = 14, mb = 40, pw = W - ml - mr, ph = H - mt - mb;
     var svg = el('svg', {width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, id: 'hist-svg'}, box);
     var lo = B[0].log2, hi = B[B.length - 1].log2, nb = hi - lo + 1, maxC = 0;
     B.forEach(function (b) { maxC = Math.max(maxC, b.count); });
@@ -536,7 +534,7 @@ td.l, th.l { text-align:left; }
     });
     for (var k = lo; k <= hi; k++) {
       if (nb > 24 && (k - lo) % 2) continue;
-      el('text', {x: ml + (k - lo + 0.5) * bw, y: mt + ph + 14, 'text-anchor': 'middle'}, axis, k < 0 ? '0 B' : fmtB(Math.pow(2, k)).replace('.00', ''));
+      el('text', {x: ml + (k - lo + 0.5) * bw, y: mt + ph + 14, 'text-anchor': 'middle'}, axis, k < 0 ? '0 B' : fmtAxisB(Math.pow(2, k)));
     }
     el('line', {x1: ml, x2: ml + pw, y1: mt + ph, y2: mt + ph}, axis);
     el('text', {x: ml + pw / 2, y: H - 4, 'text-anchor': 'middle'}, axis, 'request size (log2 buckets: each bar counts sizes from its label up to twice it)');
@@ -556,7 +554,7 @@ td.l, th.l { text-align:left; }
       h('td', {}, tr, lt ? fmtB(lt[1]) : ''); h('td', {'class': 'mono'}, tr, D.map.streams[b[3]]); h('td', {}, tr, b[4]);
       h('td', {'class': 'l'}, tr, lt ? when(lt[2], lt[3]) : (D.lifetimes_paired ? 'slab of small objects' : ''));
       h('td', {'class': 'l'}, tr, lt ? (lt[4] >= 0 ? when(lt[4], lt[5]) : 'never') : '');
-      h('td', {'class': 'l'}, tr, lt && lt[4] >= 0 ? fmtN(lt[4] - lt[2]) + ' events' + (lt[5] >= 0 && lt[3] >= 0 ? ', ' + ((lt[5] - lt[3]) / 1e6).toFixed(3) + ' s' : '') : '');
+      h('td', {'class': 'l'}, tr, lt && lt[4] >= 0 ? fmtN(lt[4] - lt[2]) + ' events' + (lt[5] >= 0 && lt[3] >= 0 ? ', ' + fmtDur(lt[5] - lt[3]) : '') : '');
     });
   }
 
