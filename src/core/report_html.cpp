@@ -196,6 +196,7 @@ section { background:#fff; border:1px solid var(--line); border-radius:8px; padd
 .legend { font-size:12px; color:var(--muted); }
 .legend i { display:inline-block; width:11px; height:11px; border-radius:2px; vertical-align:-1px; margin:0 4px 0 12px; }
 svg { display:block; }
+table { margin-top:2px; }
 svg text { font-size:11px; fill:var(--muted); font-family:inherit; }
 .axis line, .axis path { stroke:#c8ccd3; }
 .grid line { stroke:#eef0f3; }
@@ -290,7 +291,7 @@ td.l, th.l { text-align:left; }
     var step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * mag * unit;
     var top = Math.ceil(max / step) * step, ticks = [];
     for (var v = 0; v <= top + step / 2; v += step) ticks.push(v);
-    return {top: top, ticks: ticks};
+    return {top: top, ticks: ticks, unit: unit};
   }
   function niceTicks(max, n) {
     if (max <= 0) return [0];
@@ -358,7 +359,7 @@ td.l, th.l { text-align:left; }
     var grid = el('g', {'class': 'grid'}, svg), axis = el('g', {'class': 'axis'}, svg);
     yt.ticks.forEach(function (v) {
       el('line', {x1: ml, x2: ml + pw, y1: Y(v), y2: Y(v)}, grid);
-      el('text', {x: ml - 6, y: Y(v) + 4, 'text-anchor': 'end'}, axis, fmtAxisB(v));
+      el('text', {x: ml - 6, y: Y(v) + 4, 'text-anchor': 'end'}, axis, v === 0 ? '0' : +(v / yt.unit).toFixed(3) + ' ' + UNITS[Math.round(Math.log2(yt.unit) / 10)]);
     });
     niceTicks(lastRow, 8).forEach(function (r) {
       el('line', {x1: X(r), x2: X(r), y1: mt + ph, y2: mt + ph + 4}, axis);
@@ -410,9 +411,10 @@ td.l, th.l { text-align:left; }
     var note = fmtN(D.trace.rows) + ' events drawn as ' + fmtN(n) + ' points';
     if (L.bucket > 1) note += ' (downsampled to at most ' + fmtN(L.max_points) + ': each point is the highest live byte count of its run of ' + fmtN(L.bucket) + ' events; reserved comes from ' + fmtN(L.samples) + ' samples taken by the replay)';
     else note += ' (one per event, not downsampled)';
-    if (!L.reserved.length) note += '. Reserved bytes were not recorded by this replay.';
-    if (D.trace.first_time_us < 0) note += '. The trace has no wall times.';
-    document.getElementById('timeline-note').textContent = note + '.';
+    note += '.';
+    if (!L.reserved.length) note += ' Reserved bytes were not recorded by this replay.';
+    if (D.trace.first_time_us < 0) note += ' The trace has no wall times.';
+    document.getElementById('timeline-note').textContent = note;
   }
 
   function drawMap() {
@@ -427,8 +429,10 @@ td.l, th.l { text-align:left; }
     });
     var total = 0; segs.forEach(function (s) { total += s.bytes; });
     var W = Math.max(640, box.clientWidth || 1166), ml = 76, rowW = W - ml - 4, gap = 4, rowH = 20, rowGap = 7;
-    var rows = Math.max(1, Math.min(24, Math.ceil(total / (2 * 1024 * 1024) / 64)));
-    var bpp = total / Math.max(rowW * rows - gap * segs.length, rowW * rows * 0.5);
+    // Each row holds a power-of-two number of bytes, at most 24 rows (plus segment gaps).
+    var rowsWanted = Math.max(1, Math.min(24, Math.ceil(total / (128 * 1024 * 1024))));
+    var rowBytes = Math.pow(2, Math.ceil(Math.log2(Math.max(1, total / rowsWanted))));
+    var bpp = rowBytes / rowW;
     // Lay segments end to end on a strip of px, wrapped into rows of rowW.
     var pos = 0;
     segs.forEach(function (s) {
@@ -459,6 +463,7 @@ td.l, th.l { text-align:left; }
       var s = segs[segIndex[b[4]]], p0 = s.start + (b[0] - s.base) / bpp, w = b[1] / bpp;
       pieces(p0, Math.max(w, 0.35)).forEach(function (pc) {
         var e = el('rect', {x: pc[0].toFixed(2), y: pc[1], width: Math.max(pc[2], 0.35).toFixed(2), height: rowH, 'class': 'blk', 'data-i': i}, g);
+        if (pc[2] >= 3) { e.setAttribute('stroke', '#fff'); e.setAttribute('stroke-width', 0.8); }
         rects.push(e);
       });
     });
@@ -505,7 +510,7 @@ td.l, th.l { text-align:left; }
       showTip(ev, html);
     });
     svg.addEventListener('mouseleave', hideTip);
-    var note = fmtN(M.blocks) + ' blocks in ' + fmtN(segs.length) + ' segment' + (segs.length === 1 ? '' : 's') + ', ' + fmtB(total) + ' of address space drawn';
+    var note = fmtN(M.blocks) + ' blocks (thin white lines separate neighbours) in ' + fmtN(segs.length) + ' segment' + (segs.length === 1 ? '' : 's') + ', ' + fmtB(total) + ' of address space drawn';
     if (M.merged) note += '; more than ' + fmtN(M.max_rects) + ' blocks, so neighbouring blocks under ' + fmtB(M.merge_below) + ' are merged into ' + fmtN(M.rects.length) + ' rectangles (hover shows what each holds)';
     note += '. Each row is ' + fmtB(rowW * bpp) + '.';
     if (!D.lifetimes_paired) note += ' Lifetimes are not shown: ' + D.lifetimes_note;
@@ -545,15 +550,16 @@ td.l, th.l { text-align:left; }
     var box = document.getElementById('top'), rows = D.top;
     document.getElementById('top-title').textContent = 'The ' + rows.length + ' largest live blocks at the peak';
     if (!rows.length) { box.textContent = 'No segment map: nothing to list.'; return; }
-    var t = h('table', {}, box), hr = h('tr', {}, h('thead', {}, t));
-    ['#', 'address', 'size', 'requested', 'stream', 'segment', 'allocated', 'freed', 'lifetime'].forEach(function (c, i) { h('th', {'class': i === 1 || i > 5 ? 'l' : ''}, hr, c); });
+    function brief(row, us) { return '#' + fmtN(row) + (us >= 0 && D.trace.first_time_us >= 0 ? ' (+' + fmtDur(us - D.trace.first_time_us) + ')' : ''); }
+    var t = h('table', {}, h('div', {style: 'overflow-x:auto'}, box)), hr = h('tr', {}, h('thead', {}, t));
+    ['#', 'address', 'size', 'requested', 'stream', 'segment', 'allocated at (event, +time)', 'freed at', 'lifetime'].forEach(function (c, i) { h('th', {'class': i === 1 || i > 5 ? 'l' : ''}, hr, c); });
     var tb = h('tbody', {}, t);
     rows.forEach(function (b, i) {
       var tr = h('tr', {}, tb), lt = b[9] >= 0 ? D.lifetimes[b[9]] : null;
       h('td', {}, tr, i + 1); h('td', {'class': 'l mono'}, tr, hex(b[0])); h('td', {}, tr, fmtB(b[1]));
       h('td', {}, tr, lt ? fmtB(lt[1]) : ''); h('td', {'class': 'mono'}, tr, D.map.streams[b[3]]); h('td', {}, tr, b[4]);
-      h('td', {'class': 'l'}, tr, lt ? when(lt[2], lt[3]) : (D.lifetimes_paired ? 'slab of small objects' : ''));
-      h('td', {'class': 'l'}, tr, lt ? (lt[4] >= 0 ? when(lt[4], lt[5]) : 'never') : '');
+      h('td', {'class': 'l'}, tr, lt ? brief(lt[2], lt[3]) : (D.lifetimes_paired ? 'slab of small objects' : ''));
+      h('td', {'class': 'l'}, tr, lt ? (lt[4] >= 0 ? brief(lt[4], lt[5]) : 'never') : '');
       h('td', {'class': 'l'}, tr, lt && lt[4] >= 0 ? fmtN(lt[4] - lt[2]) + ' events' + (lt[5] >= 0 && lt[3] >= 0 ? ', ' + fmtDur(lt[5] - lt[3]) : '') : '');
     });
   }
