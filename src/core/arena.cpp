@@ -113,6 +113,14 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   }
   void* p = up_.allocate_segment(seg);
   ++upstream_calls_;
+  if (!p && seg > align_up(size, granule_)) {
+    // The rounded-up segment is only a preference: when the upstream refuses it, the request
+    // itself may still fit (a 6 MiB request asks for 20 MiB; on a nearly full device that must
+    // not turn into an out-of-memory while 6 MiB are free).
+    seg = align_up(size, granule_);
+    p = up_.allocate_segment(seg);
+    ++upstream_calls_;
+  }
   if (!p) {
     set_why(why, fmt::format("upstream {} refused a segment of {} B", up_.name(), seg));
     return false;
