@@ -410,12 +410,31 @@ std::size_t arena::reserved_bytes() const noexcept {
 
 std::size_t arena::largest_free_block() const {
   std::size_t best = 0;
+  // On a virtual upstream a free block may lie over unmapped granules (harvested, released, or
+  // the untouched top of the range): that is address space, not memory. Count the longest run of
+  // the block that is mapped, as pool_stats documents ("largest mapped free block").
+  auto mapped_run = [&](std::uintptr_t a, std::size_t n) {
+    std::size_t longest = 0, run = 0;
+    for (std::uintptr_t x = a; x < a + n;) {
+      const std::size_t g = (x - range_base_) / granule_;
+      const std::uintptr_t ge = std::min<std::uintptr_t>(a + n, range_base_ + (g + 1) * granule_);
+      run = granule_handle_[g].value ? run + (ge - x) : 0;
+      longest = std::max(longest, run);
+      x = ge;
+    }
+    return longest;
+  };
   auto consider = [&](const free_index& idx) {
-    for (auto it = idx.rbegin(); it != idx.rend(); ++it) {
-      // The untouched top of the virtual range is address space, not memory: skip it.
-      if (virtual_ && it->second + it->first == range_base_ + range_bytes_) continue;
-      best = std::max(best, it->first);
-      break;
+    for (auto it = idx.rbegin(); it != idx.rend() && it->first > best; ++it) {
+      if (!virtual_) {
+        best = it->first;
+        break;
+      }
+      // The untouched top of the range is never mapped past the high-water mark: clip it.
+      std::size_t n = std::min<std::size_t>(it->first, range_base_ + align_up(high_water_, granule_) > it->second
+                                                           ? range_base_ + align_up(high_water_, granule_) - it->second
+                                                           : 0);
+      best = std::max(best, mapped_run(it->second, n));
     }
   };
   consider(ready_);
