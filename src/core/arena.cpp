@@ -175,41 +175,53 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
     return 0;
   }
 
-  // Carve [start, start + size) out of the chosen free block.
-  const state was = it->second.st;
-  const stream_ref owner = it->second.stream;
-  const std::uint64_t seq = it->second.seq;
-  const std::uint32_t segment = it->second.segment;
-  index_erase(it);
-  std::uintptr_t start = align_up(it->first, alignment);
-  if (start != it->first) {
-    std::size_t pad = start - it->first;
-    std::size_t rest = it->second.size - pad;
-    it->second.size = pad;
-    index_insert(it);
-    it = blocks_.emplace(start, block{rest, segment, was, owner, seq, {}}).first;
-  }
-  if (it->second.size > size) {
-    auto tail = blocks_.emplace(start + size, block{it->second.size - size, segment, was, owner, seq, {}}).first;
-    index_insert(tail);
-    it->second.size = size;
-  }
-  it->second.st = state::live;
-  it->second.stream = s;
-  if (virtual_) {
-    if (was == state::ready) add_busy(start, size, true);
-    if (!ensure_mapped(start, size, may_grow, why)) {
-      if (was == state::ready) add_busy(start, size, false);
-      it->second.st = was;
-      it->second.stream = owner;
-      it->second.seq = seq;
-      make_free(it);
-      return 0;
+  // Carve [start, start + size) out of the chosen free block. On a virtual upstream the best fit
+  // by address may need a granule that cannot be had while a placement at the top of the mapped
+  // range (where the last granule is partly mapped, and where the granules the best fit would
+  // have pinned stay idle for harvesting) can: when mapping fails, try the top block once.
+  for (bool tried_top = false;; tried_top = true) {
+    const state was = it->second.st;
+    const stream_ref owner = it->second.stream;
+    const std::uint64_t seq = it->second.seq;
+    const std::uint32_t segment = it->second.segment;
+    index_erase(it);
+    std::uintptr_t start = align_up(it->first, alignment);
+    if (start != it->first) {
+      std::size_t pad = start - it->first;
+      std::size_t rest = it->second.size - pad;
+      it->second.size = pad;
+      index_insert(it);
+      it = blocks_.emplace(start, block{rest, segment, was, owner, seq, {}}).first;
     }
-    high_water_ = std::max(high_water_, start + size - range_base_);
+    if (it->second.size > size) {
+      auto tail = blocks_.emplace(start + size, block{it->second.size - size, segment, was, owner, seq, {}}).first;
+      index_insert(tail);
+      it->second.size = size;
+    }
+    it->second.st = state::live;
+    it->second.stream = s;
+    if (virtual_) {
+      if (was == state::ready) add_busy(start, size, true);
+      if (!ensure_mapped(start, size, may_grow, why)) {
+        if (was == state::ready) add_busy(start, size, false);
+        it->second.st = was;
+        it->second.stream = owner;
+        it->second.seq = seq;
+        make_free(it);
+        auto top = std::prev(blocks_.end());
+        const std::uintptr_t top_start = align_up(top->first, alignment);
+        if (!tried_top && top->second.st == state::ready && top_start != start &&
+            top->first + top->second.size == range_base_ + range_bytes_ && top->second.size >= size + (top_start - top->first)) {
+          it = top;
+          continue;
+        }
+        return 0;
+      }
+      high_water_ = std::max(high_water_, start + size - range_base_);
+    }
+    allocated_ += size;
+    return start;
   }
-  allocated_ += size;
-  return start;
 }
 
 void arena::add_busy(std::uintptr_t a, std::size_t n, bool add) {
