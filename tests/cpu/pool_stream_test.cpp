@@ -125,11 +125,12 @@ TEST_P(StreamSafety, RecordUseKeepsMemoryFromEveryOtherStreamUntilAllComplete) {
     EXPECT_FALSE(overlaps(p, n(), q, n())) << "reused on " << s << " while B may still use it";
   }
   check(*r);
-  // Once A and B completed and the pool learned so, anyone may have it.
+  // Once A and B completed and the pool learned so, it comes back (a slab slot to its slab, which
+  // serves its owner A; an arena block to anyone).
   r->dev->set_auto_complete(true);
   r->p->trim();  // waits for everything pending
   bool reused = false;
-  for (int i = 0; i < 64 && !reused; ++i) reused = overlaps(p, n(), r->allocate(n(), 256, C), n());
+  for (int i = 0; i < 64 && !reused; ++i) reused = overlaps(p, n(), r->allocate(n(), 256, A), n());
   EXPECT_TRUE(reused) << "after both streams completed, the memory should come back";
   check(*r);
 }
