@@ -350,6 +350,11 @@ std::size_t arena::live_size(std::uintptr_t addr) const {
   return it == blocks_.end() || it->second.st != state::live ? 0 : it->second.size;
 }
 
+bool arena::is_free_block_start(std::uintptr_t addr) const {
+  auto it = blocks_.find(addr);
+  return it != blocks_.end() && it->second.st != state::live;
+}
+
 void arena::promote() {
   std::vector<std::uintptr_t> turning;
   for (auto& [s, idx] : owned_) {

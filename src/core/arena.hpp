@@ -56,6 +56,8 @@ class arena {
   bool deallocate(std::uintptr_t addr, stream_ref s, const std::vector<stream_ref>& also_on = {});
   // The size of the live block at `addr`, 0 if there is none.
   std::size_t live_size(std::uintptr_t addr) const;
+  // True if a free (cached) block starts at `addr`: a pointer freed already.
+  bool is_free_block_start(std::uintptr_t addr) const;
 
   // After the stream clock moved: stream-owned and waiting blocks whose frees are done turn ready.
   void promote();

@@ -1,17 +1,19 @@
-// gpumem::pool: the front of the pool — argument checks, the live-allocation table, statistics and
-// the out-of-memory path. Memory comes from the slab cache (small) and the arena (large).
+// gpumem::pool: the front of the pool. The common path serves a request from the calling
+// thread's front cache under that cache's own lock; the slow path takes the pool's lock and asks
+// the slab cache (small) or the arena (large), flushing front caches before it grows.
 #include "gpumem/pool.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <deque>
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/arena.hpp"
+#include "core/front_cache.hpp"
 #include "core/slab_cache.hpp"
 #include "core/stream_clock.hpp"
 
@@ -20,51 +22,152 @@ namespace gpumem {
 namespace {
 // Past this a size is a bug, not a request: no device has 128 TiB.
 constexpr std::size_t absurd_bytes = std::size_t{1} << 47;
-// How many freed pointers are remembered to tell a double free from an unknown pointer.
-constexpr std::size_t remembered_frees = 4096;
+// With several threads, each front cache adds its live bytes to the shared figure in steps of
+// this much, so threads do not fight over one counter; the peak is then exact to threads × this.
+constexpr std::ptrdiff_t publish_quantum = std::ptrdiff_t{1} << 20;
+constexpr std::size_t max_per_bin = 32;
+
+// Pools are told apart in thread-local storage by an id never reused, so a thread's entry for a
+// destroyed pool can never match a new one at the same address.
+std::atomic<std::uint64_t> next_pool_id{1};
+std::mutex live_pools_mutex;
+std::unordered_set<std::uint64_t>& live_pools() {
+  static std::unordered_set<std::uint64_t> ids;
+  return ids;
+}
+struct tls_front {
+  std::uint64_t pool_id;
+  detail::front_cache* fc;
+};
+thread_local tls_front tls_last{0, nullptr};
+thread_local std::vector<tls_front> tls_fronts;
 }  // namespace
 
 struct pool::impl {
-  struct live_entry {
-    std::size_t bytes;       // as requested
-    std::size_t alignment;   // as requested
-    stream_ref stream;
-    detail::slab* sl;        // nullptr: an arena block
-  };
-
   pool_options opts;
   upstream& up;
-  mutable std::mutex m;
+  const std::uint64_t id;
+  const bool bins_enabled;
+  mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
   detail::stream_clock clock;
   detail::arena arena;
   detail::slab_cache slabs;
-  std::unordered_map<std::uintptr_t, live_entry> live;
-  std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use
-  std::unordered_set<std::uintptr_t> recently_freed;
-  std::deque<std::uintptr_t> recently_freed_order;
-  pool_stats st;
+  std::vector<std::unique_ptr<detail::front_cache>> fronts;
+  std::atomic<std::size_t> front_count{0};
+  std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use, under m
+  pool_stats st;                               // slow-path counters, under m
+  std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
+  std::atomic<std::size_t> shared_peak{0};
+  std::atomic<std::uint64_t> fast_allocs{0}, fast_frees{0};
 
   impl(upstream& u, ordering& o, const pool_options& op)
       : opts(op),
         up(u),
+        id(next_pool_id.fetch_add(1)),
+        bins_enabled(op.front_cache),
         clock(o),
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
                                     op.release_threshold_bytes}),
-        slabs(arena, clock, std::min(op.small_max_bytes, std::size_t{1} << 20)) {}
+        slabs(arena, clock, std::min(op.small_max_bytes, std::size_t{1} << 20)) {
+    // Without per-thread caches every thread shares one front (and its table of live blocks).
+    if (!bins_enabled) {
+      fronts.push_back(std::make_unique<detail::front_cache>());
+      front_count = 1;
+    }
+    std::lock_guard lock(live_pools_mutex);
+    live_pools().insert(id);
+  }
+  ~impl() {
+    std::lock_guard lock(live_pools_mutex);
+    live_pools().erase(id);
+  }
+
+  detail::front_cache& my_front() {
+    if (!bins_enabled) return *fronts.front();
+    if (tls_last.pool_id == id) return *tls_last.fc;
+    for (const auto& t : tls_fronts)
+      if (t.pool_id == id) {
+        tls_last = t;
+        return *t.fc;
+      }
+    detail::front_cache* fc;
+    {
+      std::lock_guard lock(m);
+      fronts.push_back(std::make_unique<detail::front_cache>());
+      fc = fronts.back().get();
+      front_count.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (tls_fronts.size() >= 16) {  // forget pools that are gone
+      std::lock_guard lock(live_pools_mutex);
+      std::erase_if(tls_fronts, [](const tls_front& t) { return !live_pools().count(t.pool_id); });
+    }
+    tls_fronts.push_back({id, fc});
+    tls_last = tls_fronts.back();
+    return *fc;
+  }
+
+  // Adds a front cache's change of live bytes to the shared figure (exact with one thread).
+  void account(detail::front_cache& fc, std::ptrdiff_t delta) {
+    fc.unpublished += delta;
+    if (front_count.load(std::memory_order_relaxed) > 1 && fc.unpublished < publish_quantum &&
+        fc.unpublished > -publish_quantum)
+      return;
+    const std::ptrdiff_t now = shared_live.fetch_add(fc.unpublished, std::memory_order_relaxed) + fc.unpublished;
+    fc.unpublished = 0;
+    std::size_t peak = shared_peak.load(std::memory_order_relaxed);
+    while (now > 0 && static_cast<std::size_t>(now) > peak &&
+           !shared_peak.compare_exchange_weak(peak, static_cast<std::size_t>(now), std::memory_order_relaxed)) {
+    }
+  }
 
   void note_reserved() {
     st.reserved_bytes = arena.reserved_bytes();
     st.peak_reserved_bytes = std::max(st.peak_reserved_bytes, st.reserved_bytes);
   }
 
-  // Gives back what the caches hold that the arena could reuse: empty slabs.
-  bool reclaim() {
+  // Under m: a block no caller holds goes back to the slab cache or the arena, freed on `s`.
+  void give_back(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
+    std::vector<stream_ref> also;
+    if (e.used_elsewhere) {
+      if (auto u = used_on.find(a); u != used_on.end()) {
+        also = std::move(u->second);
+        used_on.erase(u);
+      }
+    }
+    if (e.sl)
+      slabs.deallocate(e.sl, a, s, also);
+    else
+      arena.deallocate(a, s, also);
+  }
+
+  // Under m: every front cache's bins go back, each block as freed on its bin's stream.
+  void flush_fronts() {
+    for (auto& f : fronts) {
+      std::lock_guard flock(f->lock);
+      for (auto& sb : f->streams) {
+        for (auto& bin : sb.bins) {
+          for (const auto& c : bin) {
+            if (c.sl)
+              slabs.deallocate(c.sl, c.addr, sb.stream, {});
+            else
+              arena.deallocate(c.addr, sb.stream);
+          }
+          bin.clear();
+        }
+        sb.cached_bytes = 0;
+      }
+    }
+  }
+
+  // Under m: gives back what caches hold that the arena could reuse.
+  void reclaim() {
+    flush_fronts();
     if (clock.poll()) {
       arena.promote();
       slabs.promote();
     }
-    return slabs.release_empty() > 0;
+    slabs.release_empty();
   }
 
   std::uintptr_t take(std::size_t bytes, std::size_t alignment, stream_ref s, detail::slab*& sl, std::string& why) {
@@ -76,8 +179,8 @@ struct pool::impl {
       sl = nullptr;
       return arena.allocate(size, alignment, s, may_grow, &why);
     };
-    // First without growing: cached memory, spares, idle granules. Then give back empty slabs
-    // and try again, and only then ask the upstream for more.
+    // First without growing: cached memory, spares, idle granules. Then flush the front caches
+    // and give back empty slabs — caching never makes the pool grow — and only then grow.
     std::uintptr_t a = attempt(false);
     if (!a) {
       reclaim();
@@ -106,7 +209,7 @@ struct pool::impl {
     r.alignment = alignment;
     r.stream = s;
     r.reserved_bytes = arena.reserved_bytes();
-    r.live_bytes = st.live_bytes;
+    r.live_bytes = exact_live();
     r.cached_bytes = r.reserved_bytes > r.live_bytes ? r.reserved_bytes - r.live_bytes : 0;
     r.largest_free_block_bytes = arena.largest_free_block();
     r.limit_bytes = opts.max_reserved_bytes == SIZE_MAX ? 0 : opts.max_reserved_bytes;
@@ -129,6 +232,36 @@ struct pool::impl {
       r.advice = "live memory alone fills the device: free tensors, shrink the batch, or use a larger device";
     throw out_of_memory(std::move(r));
   }
+
+  // Under m: the sum of every front cache's live bytes.
+  std::size_t exact_live() const {
+    std::size_t live = 0;
+    for (const auto& f : fronts) {
+      std::lock_guard flock(f->lock);
+      live += f->live_bytes;
+    }
+    return live;
+  }
+
+  // Under m: the misuse a pointer no front cache holds live stands for.
+  misuse_report classify_unknown(std::uintptr_t a, std::size_t bytes) const {
+    misuse_report r{misuse_kind::unknown_pointer, reinterpret_cast<void*>(a), bytes, 0, {}};
+    bool cached = false;
+    for (const auto& f : fronts) {
+      std::lock_guard flock(f->lock);
+      for (const auto& sb : f->streams)
+        for (const auto& bin : sb.bins)
+          for (const auto& c : bin) cached |= c.addr == a;
+    }
+    if (cached || arena.is_free_block_start(a) || slabs.is_free_slot(a)) {
+      r.kind = misuse_kind::double_free;
+      r.detail = "gpumem::pool::deallocate: this pointer was already freed";
+    } else {
+      r.detail = "gpumem::pool::deallocate: not a live allocation of this pool (an interior pointer, or a pointer "
+                 "of another resource)";
+    }
+    return r;
+  }
 };
 
 pool::pool(upstream& up, ordering& ord, pool_options opts) : impl_(std::make_unique<impl>(up, ord, opts)) {}
@@ -137,100 +270,149 @@ pool::~pool() = default;
 void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   if (!is_power_of_two(alignment))
     throw std::invalid_argument(fmt::format("gpumem::pool::allocate: alignment {} is not a power of two", alignment));
-  const std::size_t granule = impl_->up.granularity();
-  if (alignment > granule)
-    throw std::invalid_argument(fmt::format(
-        "gpumem::pool::allocate: alignment {} is over the {} B granule, the most the pool honours", alignment, granule));
+  impl& p = *impl_;
+  if (alignment > p.up.granularity())
+    throw std::invalid_argument(fmt::format("gpumem::pool::allocate: alignment {} is over the {} B granule, the most "
+                                            "the pool honours",
+                                            alignment, p.up.granularity()));
   if (bytes > absurd_bytes)
-    throw std::invalid_argument(fmt::format("gpumem::pool::allocate: {} bytes is not a plausible request (over 2^47)", bytes));
+    throw std::invalid_argument(
+        fmt::format("gpumem::pool::allocate: {} bytes is not a plausible request (over 2^47)", bytes));
   if (bytes == 0) return nullptr;
   alignment = std::max(alignment, default_alignment);
+  const bool small = bytes <= p.slabs.small_max() && alignment <= detail::class_unit;
+  const std::size_t size = small ? detail::size_class_bytes(detail::size_class_of(bytes)) : align_up(bytes, 256);
+  const detail::live_entry entry{bytes, static_cast<std::uint32_t>(alignment), false, s, nullptr};
 
-  impl& p = *impl_;
-  std::lock_guard lock(p.m);
-  detail::slab* sl = nullptr;
-  std::string why;
-  std::uintptr_t a = p.take(bytes, alignment, s, sl, why);
-  if (!a) p.throw_oom(bytes, alignment, s, std::move(why));
-  p.live.emplace(a, impl::live_entry{bytes, alignment, s, sl});
-  if (!p.recently_freed.empty() && p.recently_freed.erase(a)) {
-    auto pos = std::find(p.recently_freed_order.begin(), p.recently_freed_order.end(), a);
-    if (pos != p.recently_freed_order.end()) p.recently_freed_order.erase(pos);
+  detail::front_cache& fc = p.my_front();
+  if (p.bins_enabled) {
+    std::lock_guard flock(fc.lock);
+    if (detail::cached_block c = fc.pop(s, size, alignment); c.addr) {
+      detail::live_entry e = entry;
+      e.sl = c.sl;
+      fc.live.insert(c.addr, e);
+      fc.live_bytes += bytes;
+      p.account(fc, static_cast<std::ptrdiff_t>(bytes));
+      p.fast_allocs.fetch_add(1, std::memory_order_relaxed);
+      return reinterpret_cast<void*>(c.addr);
+    }
   }
-  p.st.live_bytes += bytes;
-  p.st.peak_live_bytes = std::max(p.st.peak_live_bytes, p.st.live_bytes);
-  ++p.st.allocations;
-  p.note_reserved();
+
+  detail::slab* sl = nullptr;
+  std::uintptr_t a;
+  {
+    std::lock_guard lock(p.m);
+    std::string why;
+    a = p.take(bytes, alignment, s, sl, why);
+    if (!a) p.throw_oom(bytes, alignment, s, std::move(why));
+    ++p.st.allocations;
+    p.note_reserved();
+  }
+  std::lock_guard flock(fc.lock);
+  detail::live_entry e = entry;
+  e.sl = sl;
+  fc.live.insert(a, e);
+  fc.live_bytes += bytes;
+  p.account(fc, static_cast<std::ptrdiff_t>(bytes));
   return reinterpret_cast<void*>(a);
 }
 
 void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
   if (!ptr) return;
   impl& p = *impl_;
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   misuse_report bad{misuse_kind::unknown_pointer, ptr, bytes, 0, {}};
+
+  // Checks the caller's figures against the entry and takes the entry out of its front cache;
+  // false (with `bad` filled) when they do not match: the block then stays live.
+  auto remove = [&](detail::front_cache& f, detail::live_entry* e, detail::live_entry& out) {
+    if (e->bytes != bytes) {
+      bad.kind = misuse_kind::size_mismatch;
+      bad.bytes_expected = e->bytes;
+      bad.detail = "gpumem::pool::deallocate: the size given is not the size allocated; the block is left live";
+      return false;
+    }
+    if (!is_power_of_two(alignment) || alignment > e->alignment) {
+      bad.kind = misuse_kind::alignment_mismatch;
+      bad.bytes_expected = e->bytes;
+      bad.detail = fmt::format("gpumem::pool::deallocate: alignment {} given, {} allocated; the block is left live",
+                               alignment, e->alignment);
+      return false;
+    }
+    out = *e;
+    f.live.erase(a);
+    f.live_bytes -= bytes;
+    p.account(f, -static_cast<std::ptrdiff_t>(bytes));
+    return true;
+  };
+
+  detail::front_cache& fc = p.my_front();
+  detail::live_entry e;
+  bool found = false, ok = false;
+  {
+    std::lock_guard flock(fc.lock);
+    if (detail::live_entry* le = fc.live.find(a)) {
+      found = true;
+      ok = remove(fc, le, e);
+      if (ok && p.bins_enabled && !e.used_elsewhere) {
+        const std::size_t size = e.sl ? e.sl->slot_bytes : align_up(e.bytes, 256);
+        if (fc.push(s, {a, size, e.sl}, p.opts.front_cache_bytes, max_per_bin)) {
+          p.fast_frees.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+      }
+    }
+  }
+  if (found && !ok) {
+    report_misuse(bad);
+    return;
+  }
   {
     std::lock_guard lock(p.m);
-    const auto a = reinterpret_cast<std::uintptr_t>(ptr);
-    auto it = p.live.find(a);
-    if (it == p.live.end()) {
-      if (p.recently_freed.count(a)) {
-        bad.kind = misuse_kind::double_free;
-        bad.detail = "gpumem::pool::deallocate: this pointer was already freed";
-      } else {
-        bad.detail = "gpumem::pool::deallocate: not a live allocation of this pool (an interior pointer, a pointer "
-                     "of another resource, or freed long ago)";
+    if (!found) {
+      // Allocated by another thread: find the front cache that holds it.
+      for (auto& f : p.fronts) {
+        if (f.get() == &fc) continue;
+        std::lock_guard flock(f->lock);
+        if (detail::live_entry* le = f->live.find(a)) {
+          found = true;
+          ok = remove(*f, le, e);
+          break;
+        }
       }
-    } else if (it->second.bytes != bytes) {
-      bad.kind = misuse_kind::size_mismatch;
-      bad.bytes_expected = it->second.bytes;
-      bad.detail = "gpumem::pool::deallocate: the size given is not the size allocated; the block is left live";
-    } else if (alignment > it->second.alignment || !is_power_of_two(alignment)) {
-      bad.kind = misuse_kind::alignment_mismatch;
-      bad.bytes_expected = it->second.bytes;
-      bad.detail = fmt::format("gpumem::pool::deallocate: alignment {} given, {} allocated; the block is left live",
-                               alignment, it->second.alignment);
-    } else {
-      std::vector<stream_ref> also;
-      if (auto u = p.used_on.find(a); u != p.used_on.end()) {
-        also = std::move(u->second);
-        p.used_on.erase(u);
-      }
-      if (it->second.sl) {
-        p.slabs.deallocate(it->second.sl, a, s, also);
-      } else {
-        p.arena.deallocate(a, s, also);
-        p.note_reserved();
-      }
-      p.st.live_bytes -= it->second.bytes;
+      if (!found) bad = p.classify_unknown(a, bytes);
+    }
+    if (ok) {
+      p.give_back(a, e, s);
       ++p.st.deallocations;
-      p.live.erase(it);
-      p.recently_freed.insert(a);
-      p.recently_freed_order.push_back(a);
-      if (p.recently_freed_order.size() > remembered_frees) {
-        p.recently_freed.erase(p.recently_freed_order.front());
-        p.recently_freed_order.pop_front();
-      }
+      p.note_reserved();
       return;
     }
   }
-  report_misuse(bad);  // outside the lock: a handler may look at the pool
+  report_misuse(bad);  // outside the locks: a handler may look at the pool
 }
 
 void pool::record_use(void* ptr, stream_ref s) {
   impl& p = *impl_;
-  std::lock_guard lock(p.m);
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
-  auto it = p.live.find(a);
-  if (it == p.live.end())
-    throw std::invalid_argument(fmt::format("gpumem::pool::record_use: {} is not a live allocation of this pool", ptr));
-  if (s == it->second.stream) return;
-  auto& v = p.used_on[a];
-  if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+  std::lock_guard lock(p.m);
+  for (auto& f : p.fronts) {
+    std::lock_guard flock(f->lock);
+    if (detail::live_entry* e = f->live.find(a)) {
+      if (s == e->stream) return;
+      e->used_elsewhere = true;
+      auto& v = p.used_on[a];
+      if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+      return;
+    }
+  }
+  throw std::invalid_argument(fmt::format("gpumem::pool::record_use: {} is not a live allocation of this pool", ptr));
 }
 
 void pool::trim() {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
+  p.flush_fronts();
   p.clock.cover_all();
   p.clock.wait_all();
   p.arena.promote();
@@ -244,9 +426,14 @@ pool_stats pool::stats() const {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
   pool_stats s = p.st;
+  s.live_bytes = p.exact_live();
+  s.peak_live_bytes = std::max(p.shared_peak.load(std::memory_order_relaxed), s.live_bytes);
   s.reserved_bytes = p.arena.reserved_bytes();
   s.cached_bytes = s.reserved_bytes > s.live_bytes ? s.reserved_bytes - s.live_bytes : 0;
   s.largest_free_block_bytes = p.arena.largest_free_block();
+  s.front_hits = p.fast_allocs.load(std::memory_order_relaxed);
+  s.allocations += s.front_hits;
+  s.deallocations += p.fast_frees.load(std::memory_order_relaxed);
   s.upstream_calls = p.arena.upstream_calls();
   s.upstream_releases = p.arena.upstream_releases();
   s.maps = p.arena.maps();
@@ -258,7 +445,9 @@ pool_stats pool::stats() const {
 void pool::reset_peaks() {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
-  p.st.peak_live_bytes = p.st.live_bytes;
+  const std::size_t live = p.exact_live();
+  p.shared_peak.store(live, std::memory_order_relaxed);
+  p.st.peak_live_bytes = live;
   p.st.peak_reserved_bytes = p.arena.reserved_bytes();
 }
 
@@ -269,23 +458,59 @@ void pool::check_invariants() const {
   std::lock_guard lock(p.m);
   p.arena.check();
   p.slabs.check();
-  std::size_t live = 0;
-  for (const auto& [a, e] : p.live) {
-    live += e.bytes;
-    if (a % e.alignment) throw std::logic_error(fmt::format("live block {:#x} breaks its alignment {}", a, e.alignment));
-    if (!e.sl && p.arena.live_size(a) < e.bytes) throw std::logic_error(fmt::format("live block {:#x} is not live in the arena", a));
-    if (e.sl && (a < e.sl->base || a + e.bytes > e.sl->base + e.sl->bytes))
-      throw std::logic_error(fmt::format("live slot {:#x} lies outside its slab", a));
+  auto fail = [](const std::string& what) { throw std::logic_error("pool invariant broken: " + what); };
+  // Every arena byte the pool holds live is a caller's block, a cached block or a slab.
+  std::size_t arena_held = p.slabs.slab_total_bytes();
+  std::unordered_set<std::uintptr_t> seen;
+  for (const auto& f : p.fronts) {
+    std::lock_guard flock(f->lock);
+    std::size_t live = 0;
+    f->live.for_each([&](std::uintptr_t a, const detail::live_entry& e) {
+      live += e.bytes;
+      if (!seen.insert(a).second) fail(fmt::format("{:#x} is live twice", a));
+      if (a % e.alignment) fail(fmt::format("live block {:#x} breaks its alignment {}", a, e.alignment));
+      if (e.sl) {
+        if (a < e.sl->base || a + e.bytes > e.sl->base + e.sl->bytes) fail(fmt::format("slot {:#x} lies outside its slab", a));
+      } else {
+        if (p.arena.live_size(a) != align_up(e.bytes, 256)) fail(fmt::format("live block {:#x} is not live in the arena", a));
+        arena_held += align_up(e.bytes, 256);
+      }
+    });
+    if (live != f->live_bytes) fail(fmt::format("front cache live bytes {} != counted {}", f->live_bytes, live));
+    for (const auto& sb : f->streams) {
+      std::size_t cached = 0;
+      for (const auto& bin : sb.bins)
+        for (const auto& c : bin) {
+          cached += c.size;
+          if (!seen.insert(c.addr).second) fail(fmt::format("{:#x} is both live and cached, or cached twice", c.addr));
+          if (!c.sl) {
+            if (p.arena.live_size(c.addr) != c.size) fail(fmt::format("cached block {:#x} is not held in the arena", c.addr));
+            arena_held += c.size;
+          }
+        }
+      if (cached != sb.cached_bytes) fail("a stream's cached bytes are off");
+    }
   }
-  if (live != p.st.live_bytes) throw std::logic_error(fmt::format("live bytes {} != counted {}", p.st.live_bytes, live));
-  if (p.arena.reserved_bytes() < p.arena.allocated_bytes()) throw std::logic_error("reserved is below what the arena has live");
+  if (arena_held != p.arena.allocated_bytes())
+    fail(fmt::format("the arena holds {} B live but blocks, cached blocks and slabs add to {} B",
+                     p.arena.allocated_bytes(), arena_held));
 }
 
 std::vector<block_info> pool::blocks() const {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
+  std::unordered_set<std::uintptr_t> cached;
+  for (const auto& f : p.fronts) {
+    std::lock_guard flock(f->lock);
+    for (const auto& sb : f->streams)
+      for (const auto& bin : sb.bins)
+        for (const auto& c : bin)
+          if (!c.sl) cached.insert(c.addr);
+  }
   std::vector<block_info> out;
   p.arena.append_blocks(out);
+  for (auto& b : out)
+    if (b.st == block_info::state::live && cached.count(b.address)) b.st = block_info::state::cached;
   return out;
 }
 

@@ -104,11 +104,39 @@ replay_result replay(const trace& t, const replay_options& opts) {
   r.trace = t.name;
   r.resource = opts.resource;
 
-  struct live_block { void* ptr; std::size_t bytes; };
-  std::unordered_map<std::uint64_t, live_block> live;  // trace pointer -> ours (nullptr: failed)
-  live.reserve(4096);
-  const bool instrumented = opts.timeline_points > 0 || opts.segment_map_at_peak;
+  // Resolve the trace's pointers to dense slots before the clock starts: the loop then measures
+  // the resource, not a hash map of the trace's addresses.
   const std::uint64_t total = t.records.size();
+  std::vector<std::uint32_t> slot_of(total, UINT32_MAX);
+  std::uint32_t slots = 0;
+  {
+    std::unordered_map<std::uint64_t, std::uint32_t> open;
+    std::vector<std::uint32_t> free_slots;
+    for (std::uint64_t i = 0; i < total; ++i) {
+      const trace_record& rec = t.records[i];
+      if (rec.action == trace_action::allocate) {
+        std::uint32_t k;
+        if (!free_slots.empty()) {
+          k = free_slots.back();
+          free_slots.pop_back();
+        } else {
+          k = slots++;
+        }
+        open[rec.pointer] = k;
+        slot_of[i] = k;
+      } else if (rec.action == trace_action::free) {
+        auto it = open.find(rec.pointer);
+        if (it == open.end()) continue;  // read_trace validated it; a hand-built trace may not be
+        slot_of[i] = it->second;
+        free_slots.push_back(it->second);
+        open.erase(it);
+      }
+    }
+  }
+  struct live_block { void* ptr = nullptr; std::size_t bytes = 0; bool live = false; };
+  std::vector<live_block> live(slots);
+
+  const bool instrumented = opts.timeline_points > 0 || opts.segment_map_at_peak;
   const std::uint64_t stride = opts.timeline_points ? std::max<std::uint64_t>(1, total / opts.timeline_points) : 0;
   std::size_t live_bytes = 0, peak_live = 0, peak_reserved_seen = 0;
 
@@ -119,18 +147,18 @@ replay_result replay(const trace& t, const replay_options& opts) {
       case trace_action::allocate: {
         void* p = tgt->allocate(rec.size, rec.stream);
         if (!p && rec.size) ++r.failed_allocs;
-        live[rec.pointer] = {p, rec.size};
+        live[slot_of[i]] = {p, rec.size, true};
         live_bytes += rec.size;
         peak_live = std::max(peak_live, live_bytes);
         ++r.ops;
         break;
       }
       case trace_action::free: {
-        auto it = live.find(rec.pointer);
-        if (it == live.end()) break;  // read_trace validated it; a hand-built trace may not be
-        if (it->second.ptr) tgt->deallocate(it->second.ptr, it->second.bytes, rec.stream);
-        live_bytes -= it->second.bytes;
-        live.erase(it);
+        if (slot_of[i] == UINT32_MAX) break;
+        live_block& b = live[slot_of[i]];
+        if (b.ptr) tgt->deallocate(b.ptr, b.bytes, rec.stream);
+        live_bytes -= b.bytes;
+        b = {};
         ++r.ops;
         break;
       }
@@ -158,8 +186,8 @@ replay_result replay(const trace& t, const replay_options& opts) {
   r.ns_per_op = r.ops ? double(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()) / double(r.ops) : 0.0;
   r.stats = tgt->stats();
   // Leave nothing behind in the target (its destructor would report leaks otherwise).
-  for (auto& [ptr, b] : live)
-    if (b.ptr) tgt->deallocate(b.ptr, b.bytes, 0);
+  for (auto& b : live)
+    if (b.live && b.ptr) tgt->deallocate(b.ptr, b.bytes, 0);
   return r;
 }
 

@@ -111,6 +111,17 @@ std::size_t slab_cache::release_empty() {
   return n;
 }
 
+bool slab_cache::is_free_slot(std::uintptr_t addr) const {
+  for (const auto& [base, sl] : slabs_) {
+    if (addr < base || addr >= base + sl->bytes) continue;
+    if ((addr - base) % sl->slot_bytes) return false;
+    const auto slot = static_cast<std::uint32_t>((addr - base) / sl->slot_bytes);
+    if (std::find(sl->free_slots.begin(), sl->free_slots.end(), slot) != sl->free_slots.end()) return true;
+    return std::any_of(waiting_.begin(), waiting_.end(), [&](const waiting_slot& w) { return w.sl == sl.get() && w.slot == slot; });
+  }
+  return false;
+}
+
 void slab_cache::check() const {
   std::size_t bytes = 0;
   for (const auto& [base, sl] : slabs_) {

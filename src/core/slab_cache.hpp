@@ -46,7 +46,9 @@ class slab_cache {
   // Empty slabs go back to the arena; returns how many.
   std::size_t release_empty();
 
-  std::size_t slab_bytes() const noexcept { return slab_bytes_; }
+  std::size_t slab_total_bytes() const noexcept { return slab_bytes_; }
+  // True if `addr` is a slot of some slab that is free or waiting: a pointer freed already.
+  bool is_free_slot(std::uintptr_t addr) const;
   std::size_t slab_count() const noexcept { return slabs_.size(); }
   void check() const;
 

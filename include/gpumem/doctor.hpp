@@ -1,0 +1,107 @@
+#pragma once
+// gpumem doctor: reads an allocation trace the way one diagnoses a memory problem, and says what
+// it sees. Each finding has an id, a severity, the figures that show it and what to do about it.
+//
+// Findings and when they are raised (thresholds in `doctor_thresholds`, defaults below):
+//   small-object-churn    allocations under 4 KiB exist. warning when they are >= 50% of all
+//                         allocations AND come at >= 5,000 per second of trace wall time (or the
+//                         trace has no times); info otherwise. A caching pool serves them cheaply;
+//                         a raw cudaMalloc per tensor would not.
+//   fragmentation         always, when a replay engine is given: the trace replayed through the
+//                         default pool and through `exact` (reserved = live, the floor).
+//                         warning at peak reserved / peak live >= 1.20, error at >= 1.50.
+//   cross-stream-free     blocks freed on another stream than the one that allocated them.
+//                         warning when >= 1% of frees; info below.
+//   unaligned-sizes       sizes that are not a multiple of 256 B. warning when >= 50% of
+//                         allocations AND the rounding they cost at peak live is >= 0.5% of peak
+//                         live; info otherwise (sub-256 B objects are always "unaligned").
+//   leak                  allocations never freed by the end of the trace. warning when >= 8 of
+//                         them were made across >= 50% of the trace's rows (a steady accumulation,
+//                         not buffers set up once); info otherwise (a trace cut mid-job leaves some
+//                         memory live legitimately).
+//   alloc-failure         `allocate failure` rows. error when any.
+//   peak-to-average       always, when the trace allocates: peak live vs mean live (time-weighted
+//                         when the trace has times, else per row). warning at >= 4: the job holds
+//                         its peak briefly, so its memory could be shared with another job.
+//   hot-allocation-sizes  always, when the trace allocates: the most frequent sizes with their
+//                         share of all allocations. info.
+// A clean trace (one stream, aligned sizes >= 4 KiB, everything freed, a steady footprint, no
+// failures) gives no finding above info.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpumem/replay.hpp"
+#include "gpumem/trace.hpp"
+
+namespace gpumem {
+
+enum class severity : std::uint8_t { info, warning, error };
+const char* to_string(severity s) noexcept;
+
+// One number that shows a finding. The key is snake_case with its unit in the name
+// (`leaked_bytes`, `small_allocations_per_second`); a `_share` is a fraction in [0, 1].
+struct figure {
+  std::string key;
+  double value = 0.0;
+  bool integral = false;  // a count or a byte size: print without a fraction
+};
+
+struct finding {
+  std::string id;          // e.g. "leak"
+  severity level = severity::info;
+  std::string summary;     // one sentence: what was seen, with its main figures
+  std::vector<figure> figures;
+  std::string advice;      // what to do about it
+
+  // The figure named `key`; throws std::out_of_range when absent (tests and tools ask by name).
+  double at(const std::string& key) const;
+};
+
+struct doctor_thresholds {
+  std::uint64_t small_bytes = 4096;              // "small" is strictly below this
+  double small_share_warning = 0.50;
+  double small_per_second_warning = 5000.0;
+  double fragmentation_warning = 1.20;
+  double fragmentation_error = 1.50;
+  double cross_stream_share_warning = 0.01;
+  std::uint64_t alignment_bytes = 256;
+  double unaligned_share_warning = 0.50;
+  double unaligned_peak_cost_warning = 0.005;    // rounding bytes at peak / peak live
+  std::uint64_t leak_count_warning = 8;
+  double leak_span_warning = 0.50;               // rows between first and last leak / all rows
+  double peak_to_average_warning = 4.0;
+  std::size_t hot_sizes = 5;                     // how many sizes hot-allocation-sizes lists
+};
+
+// The replay engine the fragmentation finding uses (gpumem::replay in the tool).
+using replay_fn = std::function<replay_result(const trace&, const replay_options&)>;
+
+struct doctor_options {
+  doctor_thresholds thresholds;
+  // Empty: the fragmentation finding is not measured (the report says so in `skipped`).
+  replay_fn replayer;
+  // Base options for both replays; the doctor sets `resource` to "pool" and then to "exact".
+  replay_options replay;
+};
+
+struct doctor_report {
+  std::string trace;
+  std::uint64_t rows = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t allocate_failures = 0;
+  double duration_seconds = 0.0;       // first to last row's time; 0 when the trace has no times
+  std::uint64_t peak_live_bytes = 0;
+  std::vector<finding> findings;       // in the order of the list above
+  std::vector<std::string> skipped;    // findings not measured, each with the reason
+
+  severity worst() const noexcept;     // info when there are no findings
+  const finding* find(const std::string& id) const noexcept;
+};
+
+// Runs every check on a trace that read_trace validated (live pointers consistent).
+doctor_report diagnose(const trace& t, const doctor_options& opts = {});
+
+}  // namespace gpumem

@@ -1,0 +1,32 @@
+# `gpumem doctor` run as a user would: JSON on a bundled example, and bad input refused.
+set(_doctor_examples ${PROJECT_SOURCE_DIR}/examples)
+
+# The pitfalls example: every planted problem is reported, the failures as an error.
+add_test(NAME cli_doctor_json_pitfalls
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor --json ${_doctor_examples}/pitfalls.csv)
+set_tests_properties(cli_doctor_json_pitfalls PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "\"id\":\"cross-stream-free\",\"severity\":\"warning\".*\"id\":\"leak\",\"severity\":\"warning\".*\"id\":\"alloc-failure\",\"severity\":\"error\"")
+
+# PASS_REGULAR_EXPRESSION ignores the exit code, so check it on its own: findings are not a failure.
+add_test(NAME cli_doctor_exit_ok_with_findings
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor --json ${_doctor_examples}/pitfalls.csv)
+set_tests_properties(cli_doctor_exit_ok_with_findings PROPERTIES LABELS cpu)
+
+# The clean example: nothing above info (fragmentation skipped: it judges the pool, not the trace).
+add_test(NAME cli_doctor_json_clean
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor --json --no-replay ${_doctor_examples}/small_training.csv)
+set_tests_properties(cli_doctor_json_clean PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "^\\{\"trace\":\"[^\"]*small_training.csv\",\"rows\":1188,.*\"worst_severity\":\"info\",\"findings\":\\[")
+
+# Bad input: exits non-zero ...
+add_test(NAME cli_doctor_bad_trace_fails
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor ${CMAKE_CURRENT_LIST_DIR}/data/bad_action.csv)
+set_tests_properties(cli_doctor_bad_trace_fails PROPERTIES LABELS cpu WILL_FAIL TRUE)
+# ... with the reader's file:line message.
+add_test(NAME cli_doctor_bad_trace_message
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor ${CMAKE_CURRENT_LIST_DIR}/data/bad_action.csv)
+set_tests_properties(cli_doctor_bad_trace_message PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "bad_action.csv:3: unknown action `release`")
+add_test(NAME cli_doctor_missing_file_fails
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor ${CMAKE_CURRENT_LIST_DIR}/data/no_such_trace.csv)
+set_tests_properties(cli_doctor_missing_file_fails PROPERTIES LABELS cpu WILL_FAIL TRUE)

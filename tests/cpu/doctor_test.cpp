@@ -1,0 +1,302 @@
+// gpumem doctor: one planted trace per pitfall, each found with the figures it was built to have;
+// a clean trace gives nothing above info. Traces are built in memory (no files).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "gpumem/doctor.hpp"
+
+using gpumem::doctor_options;
+using gpumem::severity;
+using gpumem::trace_action;
+
+namespace {
+
+constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+
+// Builds a trace row by row; every row advances the clock by `step_us`.
+class trace_builder {
+ public:
+  explicit trace_builder(std::int64_t step_us = 10) : step_us_(step_us) { t_.name = "planted"; }
+
+  std::uint64_t alloc(std::uint64_t size, std::uint64_t stream = 0) {
+    const std::uint64_t p = next_ += 0x100000;
+    row(trace_action::allocate, p, size, stream);
+    return p;
+  }
+  void free(std::uint64_t p, std::uint64_t size, std::uint64_t stream = 0) {
+    row(trace_action::free, p, size, stream);
+  }
+  void fail(std::uint64_t size) { row(trace_action::allocate_failure, 0, size, 0); }
+  void wait(std::int64_t us) { now_ += us; }
+  void untimed() { timed_ = false; }
+  const gpumem::trace& get() const { return t_; }
+
+ private:
+  void row(trace_action a, std::uint64_t p, std::uint64_t size, std::uint64_t stream) {
+    now_ += step_us_;
+    t_.records.push_back({0, timed_ ? now_ : -1, a, p, size, stream});
+    t_.lines.push_back(t_.lines.size() + 2);  // line 1 is the header
+  }
+  gpumem::trace t_;
+  std::int64_t now_ = 1000000;
+  std::int64_t step_us_;
+  std::uint64_t next_ = 0x7f0000000000;
+  bool timed_ = true;
+};
+
+// A healthy training-like loop: one stream, MiB-sized aligned buffers, everything freed, a
+// footprint that never strays far from its mean.
+trace_builder clean_trace() {
+  trace_builder b;
+  const std::uint64_t base = b.alloc(16 * MiB);
+  for (int i = 0; i < 200; ++i) {
+    const std::uint64_t a = b.alloc(4 * MiB);
+    const std::uint64_t c = b.alloc(2 * MiB);
+    b.free(a, 4 * MiB);
+    b.free(c, 2 * MiB);
+  }
+  b.free(base, 16 * MiB);
+  return b;
+}
+
+// By value: callers often pass a temporary report.
+gpumem::finding must_find(const gpumem::doctor_report& r, const std::string& id) {
+  const gpumem::finding* f = r.find(id);
+  if (!f) throw std::runtime_error("finding `" + id + "` missing");
+  return *f;
+}
+
+// A replay engine that reports what a test wants, and remembers what it was asked.
+struct fake_replayer {
+  double pool_factor;
+  std::vector<std::string>* asked;
+  gpumem::replay_result operator()(const gpumem::trace&, const gpumem::replay_options& o) const {
+    asked->push_back(o.resource);
+    gpumem::replay_result r;
+    r.resource = o.resource;
+    r.peak_live_bytes = 100 * MiB;
+    r.peak_reserved_bytes = o.resource == "exact" ? 100 * MiB
+                                                  : static_cast<std::size_t>(pool_factor * 100 * MiB);
+    return r;
+  }
+};
+
+}  // namespace
+
+TEST(Doctor, CleanTraceHasNothingAboveInfo) {
+  std::vector<std::string> asked;
+  doctor_options opts;
+  opts.replayer = fake_replayer{1.02, &asked};
+  const auto r = gpumem::diagnose(clean_trace().get(), opts);
+  EXPECT_EQ(r.worst(), severity::info);
+  for (const auto& f : r.findings) EXPECT_EQ(f.level, severity::info) << f.id << ": " << f.summary;
+  for (const char* id : {"small-object-churn", "cross-stream-free", "unaligned-sizes", "leak", "alloc-failure"})
+    EXPECT_EQ(r.find(id), nullptr) << id;
+  EXPECT_NE(r.find("peak-to-average"), nullptr);
+  EXPECT_NE(r.find("hot-allocation-sizes"), nullptr);
+  EXPECT_NE(r.find("fragmentation"), nullptr);
+  EXPECT_TRUE(r.skipped.empty());
+  EXPECT_EQ(r.rows, 802u);
+  EXPECT_EQ(r.allocations, 401u);
+  EXPECT_EQ(r.frees, 401u);
+  EXPECT_EQ(r.peak_live_bytes, 22 * MiB);
+}
+
+TEST(Doctor, SmallObjectChurn) {
+  trace_builder b(2);  // a row every 2 us: 250,000 rows per second
+  const std::uint64_t big = b.alloc(8 * MiB);
+  for (int i = 0; i < 300; ++i) {
+    const std::uint64_t p = b.alloc(64);
+    b.free(p, 64);
+  }
+  b.free(big, 8 * MiB);
+  const auto r = gpumem::diagnose(b.get());
+  const auto& f = must_find(r, "small-object-churn");
+  EXPECT_EQ(f.level, severity::warning);
+  EXPECT_EQ(f.at("small_allocations"), 300);
+  EXPECT_DOUBLE_EQ(f.at("small_allocation_share"), 300.0 / 301.0);
+  EXPECT_DOUBLE_EQ(f.at("small_allocations_per_1000_ops"), 300.0 * 1000 / 602);
+  // 602 rows, 601 gaps of 2 us between the first and last.
+  EXPECT_DOUBLE_EQ(f.at("small_allocations_per_second"), 300.0 / (601 * 2e-6));
+  EXPECT_EQ(f.at("small_threshold_bytes"), 4096);
+}
+
+TEST(Doctor, SmallObjectsAtALeisurelyRateAreInfo) {
+  trace_builder b(1000);  // a row every millisecond: 250 small allocations per second
+  for (int i = 0; i < 100; ++i) {
+    const std::uint64_t p = b.alloc(64);
+    b.free(p, 64);
+  }
+  const auto& f = must_find(gpumem::diagnose(b.get()), "small-object-churn");
+  EXPECT_EQ(f.level, severity::info);
+  EXPECT_DOUBLE_EQ(f.at("small_allocation_share"), 1.0);
+}
+
+TEST(Doctor, SmallObjectChurnWithoutTimesIsJudgedOnShare) {
+  trace_builder b;
+  b.untimed();
+  for (int i = 0; i < 10; ++i) {
+    const std::uint64_t p = b.alloc(100);
+    b.free(p, 100);
+  }
+  const auto r = gpumem::diagnose(b.get());
+  const auto& f = must_find(r, "small-object-churn");
+  EXPECT_EQ(f.level, severity::warning);
+  EXPECT_THROW((void)f.at("small_allocations_per_second"), std::out_of_range);
+  EXPECT_EQ(r.duration_seconds, 0.0);
+  // And the mean live is per row, said so by the figure's name.
+  EXPECT_NO_THROW((void)must_find(r, "peak-to-average").at("op_weighted_mean_live_bytes"));
+}
+
+TEST(Doctor, CrossStreamFree) {
+  trace_builder b;
+  for (int i = 0; i < 100; ++i) {
+    const std::uint64_t p = b.alloc(MiB, 0x11);
+    b.free(p, MiB, i < 10 ? 0x22 : 0x11);  // ten freed on another stream
+  }
+  const auto& f = must_find(gpumem::diagnose(b.get()), "cross-stream-free");
+  EXPECT_EQ(f.level, severity::warning);
+  EXPECT_EQ(f.at("cross_stream_frees"), 10);
+  EXPECT_EQ(f.at("cross_stream_bytes"), 10 * MiB);
+  EXPECT_DOUBLE_EQ(f.at("cross_stream_free_share"), 0.1);
+}
+
+TEST(Doctor, UnalignedSizes) {
+  trace_builder b;
+  std::vector<std::uint64_t> ps;
+  for (int i = 0; i < 100; ++i) ps.push_back(b.alloc(1000));  // rounds to 1024: 24 B each
+  for (auto p : ps) b.free(p, 1000);
+  const auto& f = must_find(gpumem::diagnose(b.get()), "unaligned-sizes");
+  EXPECT_EQ(f.level, severity::warning);
+  EXPECT_EQ(f.at("unaligned_allocations"), 100);
+  EXPECT_DOUBLE_EQ(f.at("unaligned_share"), 1.0);
+  EXPECT_EQ(f.at("rounding_bytes_total"), 2400);
+  EXPECT_EQ(f.at("rounding_bytes_at_peak"), 2400);
+  EXPECT_DOUBLE_EQ(f.at("rounding_share_of_peak_live"), 2400.0 / 100000.0);
+}
+
+TEST(Doctor, LeakAccumulatingThroughTheJob) {
+  trace_builder b;
+  for (int i = 0; i < 100; ++i) {
+    const std::uint64_t p = b.alloc(2 * MiB);
+    if (i % 10 == 0)
+      (void)b.alloc(i == 50 ? 3 * MiB : MiB);  // never freed: 10 leaks, one bigger
+    b.free(p, 2 * MiB);
+  }
+  const auto r = gpumem::diagnose(b.get());
+  const auto& f = must_find(r, "leak");
+  EXPECT_EQ(f.level, severity::warning);
+  EXPECT_EQ(f.at("leaked_allocations"), 10);
+  EXPECT_EQ(f.at("leaked_bytes"), 12 * MiB);
+  EXPECT_EQ(f.at("largest_leak_bytes"), 3 * MiB);
+  EXPECT_EQ(f.at("first_leak_line"), 3);    // header, the first 2 MiB alloc, then the leak
+  EXPECT_EQ(f.at("last_leak_line"), 3 + 9 * 21);  // each tenth iteration is 21 rows on
+  EXPECT_DOUBLE_EQ(f.at("leaked_share_of_peak_live"), 12.0 * MiB / static_cast<double>(r.peak_live_bytes));
+}
+
+TEST(Doctor, BuffersKeptFromTheStartAreAnInfoLeak) {
+  trace_builder b;
+  (void)b.alloc(64 * MiB);  // set up once, outlives the trace
+  for (int i = 0; i < 100; ++i) {
+    const std::uint64_t p = b.alloc(MiB);
+    b.free(p, MiB);
+  }
+  const auto& f = must_find(gpumem::diagnose(b.get()), "leak");
+  EXPECT_EQ(f.level, severity::info);
+  EXPECT_EQ(f.at("leaked_allocations"), 1);
+  EXPECT_EQ(f.at("leaked_bytes"), 64 * MiB);
+}
+
+TEST(Doctor, AllocFailure) {
+  trace_builder b;
+  const std::uint64_t p = b.alloc(MiB);
+  b.fail(40 * MiB);
+  b.fail(80 * MiB);
+  b.fail(10 * MiB);
+  b.free(p, MiB);
+  const auto r = gpumem::diagnose(b.get());
+  const auto& f = must_find(r, "alloc-failure");
+  EXPECT_EQ(f.level, severity::error);
+  EXPECT_EQ(f.at("failed_requests"), 3);
+  EXPECT_EQ(f.at("largest_failed_request_bytes"), 80 * MiB);
+  EXPECT_EQ(f.at("first_failure_line"), 3);
+  EXPECT_EQ(r.allocate_failures, 3u);
+  EXPECT_EQ(r.worst(), severity::error);
+  EXPECT_EQ(r.find("leak"), nullptr);  // failed rows make nothing live
+}
+
+TEST(Doctor, PeakToAverage) {
+  trace_builder b(10);
+  const std::uint64_t base = b.alloc(MiB);        // t = 0
+  b.wait(980);
+  const std::uint64_t spike = b.alloc(99 * MiB);  // t = 990
+  b.free(spike, 99 * MiB);                        // t = 1000
+  b.wait(990);
+  b.free(base, MiB);                              // t = 2000
+  // Live: 1 MiB for 990 us, 100 MiB for 10 us, 1 MiB for 1000 us: mean = 2990 MiB.us / 2000 us.
+  const auto& f = must_find(gpumem::diagnose(b.get()), "peak-to-average");
+  EXPECT_EQ(f.level, severity::warning);
+  EXPECT_EQ(f.at("peak_live_bytes"), 100 * MiB);
+  EXPECT_DOUBLE_EQ(f.at("time_weighted_mean_live_bytes"), 2990.0 * MiB / 2000.0);
+  EXPECT_DOUBLE_EQ(f.at("peak_to_average"), 100.0 * 2000.0 / 2990.0);
+  EXPECT_EQ(f.at("peak_line"), 3);
+}
+
+TEST(Doctor, HotAllocationSizes) {
+  trace_builder b;
+  auto churn = [&](std::uint64_t size, int n) {
+    for (int i = 0; i < n; ++i) b.free(b.alloc(size), size);
+  };
+  churn(8192, 50);
+  churn(MiB, 30);
+  churn(4096, 30);  // ties with 1 MiB: the smaller size ranks first
+  churn(3 * MiB, 10);
+  const auto& f = must_find(gpumem::diagnose(b.get()), "hot-allocation-sizes");
+  EXPECT_EQ(f.level, severity::info);
+  EXPECT_EQ(f.at("top1_size_bytes"), 8192);
+  EXPECT_EQ(f.at("top1_allocations"), 50);
+  EXPECT_DOUBLE_EQ(f.at("top1_share"), 50.0 / 120.0);
+  EXPECT_EQ(f.at("top2_size_bytes"), 4096);
+  EXPECT_EQ(f.at("top3_size_bytes"), MiB);
+  EXPECT_EQ(f.at("top4_size_bytes"), 3 * MiB);
+  EXPECT_THROW((void)f.at("top5_size_bytes"), std::out_of_range);  // only four sizes
+  EXPECT_DOUBLE_EQ(f.at("top_sizes_share"), 1.0);
+}
+
+TEST(Doctor, FragmentationJudgedFromBothReplays) {
+  for (const auto& [factor, level] : {std::pair{1.05, severity::info}, std::pair{1.30, severity::warning},
+                                      std::pair{1.60, severity::error}}) {
+    std::vector<std::string> asked;
+    doctor_options opts;
+    opts.replayer = fake_replayer{factor, &asked};
+    const auto& f = must_find(gpumem::diagnose(clean_trace().get(), opts), "fragmentation");
+    EXPECT_EQ(asked, (std::vector<std::string>{"pool", "exact"}));
+    EXPECT_EQ(f.level, level) << factor;
+    EXPECT_NEAR(f.at("fragmentation"), factor, 1e-6);
+    EXPECT_EQ(f.at("exact_peak_reserved_bytes"), 100 * MiB);
+    EXPECT_NEAR(f.at("gap_bytes"), (factor - 1) * 100 * MiB, 1.0);
+  }
+}
+
+TEST(Doctor, FragmentationSkippedWithoutAReplayEngine) {
+  const auto r = gpumem::diagnose(clean_trace().get());
+  EXPECT_EQ(r.find("fragmentation"), nullptr);
+  ASSERT_EQ(r.skipped.size(), 1u);
+  EXPECT_NE(r.skipped[0].find("fragmentation"), std::string::npos);
+}
+
+// The real engine on a bundled example: its floor is the trace's own peak live, and the pool
+// cannot reserve less than that.
+TEST(Doctor, FragmentationWithTheRealReplay) {
+  const auto t = gpumem::read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
+  doctor_options opts;
+  opts.replayer = [](const gpumem::trace& tr, const gpumem::replay_options& o) { return gpumem::replay(tr, o); };
+  const auto r = gpumem::diagnose(t, opts);
+  const auto& f = must_find(r, "fragmentation");
+  EXPECT_EQ(f.at("exact_peak_reserved_bytes"), static_cast<double>(r.peak_live_bytes));
+  EXPECT_GE(f.at("pool_peak_reserved_bytes"), f.at("exact_peak_reserved_bytes"));
+  EXPECT_GE(f.at("fragmentation"), 1.0);
+  EXPECT_EQ(f.at("pool_failed_allocations"), 0);
+}
