@@ -113,6 +113,14 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   }
   void* p = up_.allocate_segment(seg);
   ++upstream_calls_;
+  if (!p && seg > align_up(size, granule_)) {
+    // The rounded-up segment is only a preference: when the upstream refuses it, the request
+    // itself may still fit (a 6 MiB request asks for 20 MiB; on a nearly full device that must
+    // not turn into an out-of-memory while 6 MiB are free).
+    seg = align_up(size, granule_);
+    p = up_.allocate_segment(seg);
+    ++upstream_calls_;
+  }
   if (!p) {
     set_why(why, fmt::format("upstream {} refused a segment of {} B", up_.name(), seg));
     return false;
@@ -167,41 +175,53 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
     return 0;
   }
 
-  // Carve [start, start + size) out of the chosen free block.
-  const state was = it->second.st;
-  const stream_ref owner = it->second.stream;
-  const std::uint64_t seq = it->second.seq;
-  const std::uint32_t segment = it->second.segment;
-  index_erase(it);
-  std::uintptr_t start = align_up(it->first, alignment);
-  if (start != it->first) {
-    std::size_t pad = start - it->first;
-    std::size_t rest = it->second.size - pad;
-    it->second.size = pad;
-    index_insert(it);
-    it = blocks_.emplace(start, block{rest, segment, was, owner, seq, {}}).first;
-  }
-  if (it->second.size > size) {
-    auto tail = blocks_.emplace(start + size, block{it->second.size - size, segment, was, owner, seq, {}}).first;
-    index_insert(tail);
-    it->second.size = size;
-  }
-  it->second.st = state::live;
-  it->second.stream = s;
-  if (virtual_) {
-    if (was == state::ready) add_busy(start, size, true);
-    if (!ensure_mapped(start, size, may_grow, why)) {
-      if (was == state::ready) add_busy(start, size, false);
-      it->second.st = was;
-      it->second.stream = owner;
-      it->second.seq = seq;
-      make_free(it);
-      return 0;
+  // Carve [start, start + size) out of the chosen free block. On a virtual upstream the best fit
+  // by address may need a granule that cannot be had while a placement at the top of the mapped
+  // range (where the last granule is partly mapped, and where the granules the best fit would
+  // have pinned stay idle for harvesting) can: when mapping fails, try the top block once.
+  for (bool tried_top = false;; tried_top = true) {
+    const state was = it->second.st;
+    const stream_ref owner = it->second.stream;
+    const std::uint64_t seq = it->second.seq;
+    const std::uint32_t segment = it->second.segment;
+    index_erase(it);
+    std::uintptr_t start = align_up(it->first, alignment);
+    if (start != it->first) {
+      std::size_t pad = start - it->first;
+      std::size_t rest = it->second.size - pad;
+      it->second.size = pad;
+      index_insert(it);
+      it = blocks_.emplace(start, block{rest, segment, was, owner, seq, {}}).first;
     }
-    high_water_ = std::max(high_water_, start + size - range_base_);
+    if (it->second.size > size) {
+      auto tail = blocks_.emplace(start + size, block{it->second.size - size, segment, was, owner, seq, {}}).first;
+      index_insert(tail);
+      it->second.size = size;
+    }
+    it->second.st = state::live;
+    it->second.stream = s;
+    if (virtual_) {
+      if (was == state::ready) add_busy(start, size, true);
+      if (!ensure_mapped(start, size, may_grow, why)) {
+        if (was == state::ready) add_busy(start, size, false);
+        it->second.st = was;
+        it->second.stream = owner;
+        it->second.seq = seq;
+        make_free(it);
+        auto top = std::prev(blocks_.end());
+        const std::uintptr_t top_start = align_up(top->first, alignment);
+        if (!tried_top && top->second.st == state::ready && top_start != start &&
+            top->first + top->second.size == range_base_ + range_bytes_ && top->second.size >= size + (top_start - top->first)) {
+          it = top;
+          continue;
+        }
+        return 0;
+      }
+      high_water_ = std::max(high_water_, start + size - range_base_);
+    }
+    allocated_ += size;
+    return start;
   }
-  allocated_ += size;
-  return start;
 }
 
 void arena::add_busy(std::uintptr_t a, std::size_t n, bool add) {
@@ -407,12 +427,31 @@ std::size_t arena::reserved_bytes() const noexcept {
 
 std::size_t arena::largest_free_block() const {
   std::size_t best = 0;
+  // On a virtual upstream a free block may lie over unmapped granules (harvested, released, or
+  // the untouched top of the range): that is address space, not memory. Count the longest run of
+  // the block that is mapped, as pool_stats documents ("largest mapped free block").
+  auto mapped_run = [&](std::uintptr_t a, std::size_t n) {
+    std::size_t longest = 0, run = 0;
+    for (std::uintptr_t x = a; x < a + n;) {
+      const std::size_t g = (x - range_base_) / granule_;
+      const std::uintptr_t ge = std::min<std::uintptr_t>(a + n, range_base_ + (g + 1) * granule_);
+      run = granule_handle_[g].value ? run + (ge - x) : 0;
+      longest = std::max(longest, run);
+      x = ge;
+    }
+    return longest;
+  };
   auto consider = [&](const free_index& idx) {
-    for (auto it = idx.rbegin(); it != idx.rend(); ++it) {
-      // The untouched top of the virtual range is address space, not memory: skip it.
-      if (virtual_ && it->second + it->first == range_base_ + range_bytes_) continue;
-      best = std::max(best, it->first);
-      break;
+    for (auto it = idx.rbegin(); it != idx.rend() && it->first > best; ++it) {
+      if (!virtual_) {
+        best = it->first;
+        break;
+      }
+      // The untouched top of the range is never mapped past the high-water mark: clip it.
+      std::size_t n = std::min<std::size_t>(it->first, range_base_ + align_up(high_water_, granule_) > it->second
+                                                           ? range_base_ + align_up(high_water_, granule_) - it->second
+                                                           : 0);
+      best = std::max(best, mapped_run(it->second, n));
     }
   };
   consider(ready_);

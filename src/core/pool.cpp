@@ -201,6 +201,9 @@ struct pool::impl {
 
   [[noreturn]] void throw_oom(std::size_t bytes, std::size_t alignment, stream_ref s, std::string why) {
     ++st.failed_allocations;
+    // A failed attempt may have taken physical granules it then kept as spares: reserved can
+    // grow on this path too, and the peak must see it (else stats() shows peak < current).
+    note_reserved();
     oom_report r;
     r.requested_bytes = bytes;
     r.alignment = alignment;

@@ -25,6 +25,13 @@ exact_resource::~exact_resource() = default;
 void* exact_resource::allocate(std::size_t bytes, std::size_t alignment, stream_ref) {
   if (!is_power_of_two(alignment))
     throw std::invalid_argument(fmt::format("exact_resource: alignment {} is not a power of two", alignment));
+  // The same argument contract as the pool (resource.hpp / DESIGN): alignment up to the granule,
+  // no absurd sizes — so the floor resource fails the same way the pool does on bad input.
+  if (alignment > default_granularity)
+    throw std::invalid_argument(fmt::format("exact_resource: alignment {} is over the {} B granule", alignment,
+                                            default_granularity));
+  if (bytes > (std::size_t{1} << 47))
+    throw std::invalid_argument(fmt::format("exact_resource: {} bytes is not a plausible request (over 2^47)", bytes));
   if (bytes == 0) return nullptr;
   if (state_->live + bytes > state_->capacity || bytes > state_->capacity) {
     oom_report r;

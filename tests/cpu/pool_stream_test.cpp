@@ -1,0 +1,181 @@
+// Stream safety on the simulated device. Memory freed on stream A is reusable on A at once; on any
+// other stream only after an event recorded on A after the free has completed — the spy ordering
+// (tests/support) knows what the pool could legitimately know, and the model rejects any handout
+// or unmap that runs ahead of it. Each test also states the expected addresses directly.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "support/pool_model.hpp"
+
+namespace {
+
+using namespace gpumem;
+using gpumem::test::sim_pool_rig;
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+
+struct cfg {
+  const char* name;
+  bool virtual_memory;
+  std::size_t small_max;
+  std::size_t bytes;  // request size used by the test: small (slab) or large (arena)
+};
+
+class StreamSafety : public ::testing::TestWithParam<cfg> {
+ protected:
+  std::unique_ptr<sim_pool_rig> rig(std::size_t capacity = std::size_t{1} << 30) {
+    pool_options po;
+    po.small_max_bytes = GetParam().small_max;
+    return std::make_unique<sim_pool_rig>(
+        sim_options{.capacity_bytes = capacity, .virtual_memory = GetParam().virtual_memory}, po);
+  }
+  std::size_t n() const { return GetParam().bytes; }
+  void check(sim_pool_rig& r) {
+    try {
+      r.model->check_full();
+    } catch (const std::exception& e) {
+      FAIL() << e.what();
+    }
+  }
+};
+
+TEST_P(StreamSafety, FreedOnAIsReusedAtOnceOnA) {
+  auto r = rig();
+  const stream_ref A = r->dev->create_stream();
+  void* p = r->allocate(n(), 256, A);
+  r->deallocate(p, A);
+  void* q = r->allocate(n(), 256, A);
+  EXPECT_EQ(q, p) << "the same stream's freed block should be reused at once";
+  check(*r);
+}
+
+TEST_P(StreamSafety, NotHandedToAnotherStreamBeforeTheEventCompletes) {
+  auto r = rig();
+  const stream_ref A = r->dev->create_stream(), B = r->dev->create_stream();
+  std::vector<void*> freed;
+  for (int i = 0; i < 8; ++i) freed.push_back(r->allocate(n(), 256, A));
+  for (void* p : freed) r->deallocate(p, A);
+  for (int i = 0; i < 8; ++i) {
+    void* q = r->allocate(n(), 256, B);  // the model throws if q is unsafe for B
+    for (void* p : freed) EXPECT_FALSE(overlaps(p, n(), q, n())) << "B got memory A may still use";
+  }
+  check(*r);
+}
+
+TEST_P(StreamSafety, UnderMemoryPressureThePoolWaitsInsteadOfHandingOutEarly) {
+  // Capacity for a few requests only: B's request can be served only from A's freed memory, and
+  // only after the pool has waited for A's event (synchronize) — never before.
+  const std::size_t cap = std::max<std::size_t>(4 * MiB, align_up(n() * 2, 2 * MiB));
+  auto r = rig(cap);
+  const stream_ref A = r->dev->create_stream(), B = r->dev->create_stream();
+  std::vector<void*> held;
+  try {
+    for (;;) held.push_back(r->allocate(n(), 256, A));
+  } catch (const out_of_memory&) {
+  }
+  ASSERT_FALSE(held.empty());
+  for (void* p : held) r->deallocate(p, A);
+  r->model->check_full();
+  const auto events_before = r->dev->events_recorded();
+  void* q = nullptr;
+  ASSERT_NO_THROW(q = r->allocate(n(), 256, B)) << "the pool should wait for A rather than fail";
+  EXPECT_GT(r->dev->events_recorded(), events_before) << "reusing A's memory on B needs an event on A";
+  EXPECT_EQ(r->dev->events_pending(), 0u) << "the pool handed A's memory to B: every event on A must be done";
+  check(*r);
+  r->deallocate(q, B);
+  r->free_all_and_trim();
+  EXPECT_EQ(r->dev->used_bytes(), 0u);
+}
+
+TEST_P(StreamSafety, AfterCompleteAnotherStreamMayReuse) {
+  const std::size_t cap = std::max<std::size_t>(4 * MiB, align_up(n() * 2, 2 * MiB));
+  auto r = rig(cap);
+  const stream_ref A = r->dev->create_stream(), B = r->dev->create_stream();
+  std::vector<void*> held;
+  try {
+    for (;;) held.push_back(r->allocate(n(), 256, A));
+  } catch (const out_of_memory&) {
+  }
+  for (void* p : held) r->deallocate(p, A);
+  // Make the pool record its event on A (a request from B it cannot serve without A's memory
+  // would do that and wait; here we just let A finish everything it has and all that comes).
+  r->dev->set_auto_complete(true);
+  std::vector<void*> got;
+  for (std::size_t i = 0; i < held.size(); ++i) got.push_back(r->allocate(n(), 256, B));
+  EXPECT_EQ(got.size(), held.size()) << "after A completed, B can have all of A's memory";
+  check(*r);
+}
+
+TEST_P(StreamSafety, RecordUseKeepsMemoryFromEveryOtherStreamUntilAllComplete) {
+  auto r = rig();
+  const stream_ref A = r->dev->create_stream(), B = r->dev->create_stream(), C = r->dev->create_stream();
+  void* p = r->allocate(n(), 256, A);
+  r->p->record_use(p, B);
+  r->model->on_record_use(p, B);
+  r->deallocate(p, A);
+  for (stream_ref s : {A, C, A, C}) {
+    void* q = r->allocate(n(), 256, s);
+    EXPECT_FALSE(overlaps(p, n(), q, n())) << "reused on " << s << " while B may still use it";
+  }
+  check(*r);
+  // Once A and B completed and the pool learned so, it comes back (a slab slot to its slab, which
+  // serves its owner A; an arena block to anyone).
+  r->dev->set_auto_complete(true);
+  r->p->trim();  // waits for everything pending
+  bool reused = false;
+  for (int i = 0; i < 64 && !reused; ++i) reused = overlaps(p, n(), r->allocate(n(), 256, A), n());
+  EXPECT_TRUE(reused) << "after both streams completed, the memory should come back";
+  check(*r);
+}
+
+TEST_P(StreamSafety, FreeOnAnotherStreamWaitsForThatStream) {
+  // Allocated on A, last used on B and freed there: A must not get it back before B's event.
+  auto r = rig();
+  const stream_ref A = r->dev->create_stream(), B = r->dev->create_stream();
+  void* p = r->allocate(n(), 256, A);
+  r->deallocate(p, B);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(overlaps(p, n(), r->allocate(n(), 256, A), n()));
+  check(*r);
+}
+
+TEST_P(StreamSafety, InterleavedStreamsWithPartialCompletion) {
+  // Many rounds on 4 streams, completing one stream at a time: the model checks every handout.
+  auto r = rig(64 * MiB);
+  stream_ref s[4];
+  for (auto& x : s) x = r->dev->create_stream();
+  std::vector<std::pair<void*, stream_ref>> held;
+  gpumem::test::rng g(42);
+  for (int step = 0; step < 4000; ++step) {
+    const stream_ref st = s[g.below(4)];
+    if (held.size() < 24 && g.chance(55)) {
+      try {
+        held.push_back({r->allocate(n() + g.below(n()), 256, st), st});
+      } catch (const out_of_memory&) {
+      }
+    } else if (!held.empty()) {
+      auto i = g.below(held.size());
+      r->deallocate(held[i].first, s[g.below(4)]);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (g.chance(3)) r->dev->complete(s[g.below(4)]);
+    if (step % 64 == 0) check(*r);
+  }
+  r->free_all_and_trim();
+  EXPECT_EQ(r->dev->used_bytes(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pool, StreamSafety,
+    ::testing::Values(cfg{"VirtualLarge", true, 64 << 10, 3 * MiB}, cfg{"VirtualSlab", true, 64 << 10, 1024},
+                      cfg{"VirtualNoSlab", true, 0, 1024}, cfg{"SegmentsLarge", false, 64 << 10, 3 * MiB},
+                      cfg{"SegmentsSlab", false, 64 << 10, 1024}, cfg{"SegmentsNoSlab", false, 0, 1024}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
