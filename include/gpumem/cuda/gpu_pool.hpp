@@ -1,0 +1,49 @@
+#pragma once
+// gpu_pool: gpumem::pool on a real GPU, ready to use. Owns the upstream (the virtual-memory arena
+// by default), the event-based ordering and the pool. A value type: copies share one pool and
+// compare equal, as CCCL's resource concept expects.
+#include <memory>
+
+#include "gpumem/cuda/async_pool.hpp"
+#include "gpumem/cuda/cccl_compat.hpp"
+#include "gpumem/pool.hpp"
+#include "gpumem/resource.hpp"
+
+namespace gpumem {
+
+enum class gpu_upstream_kind { vmm, device, async };
+
+struct gpu_pool_options {
+  gpu_upstream_kind upstream = gpu_upstream_kind::vmm;
+  int device = -1;
+  pool_options pool;
+  async_pool_options async;   // upstream == async only
+};
+
+class gpu_pool {
+ public:
+  explicit gpu_pool(gpu_pool_options opts = {});
+  // Same contract as gpumem::pool::allocate / deallocate.
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
+                  stream_ref s = 0) noexcept;
+
+  gpumem::pool& pool() const noexcept;
+  upstream& memory() const noexcept;
+  pool_stats stats() const { return pool().stats(); }
+  void trim() { pool().trim(); }
+  bool operator==(const gpu_pool& o) const noexcept { return state_ == o.state_; }
+
+  GPUMEM_CCCL_MEMBERS(gpu_pool)
+  GPUMEM_CCCL_DEVICE_ACCESSIBLE(gpu_pool)
+
+  struct state;
+
+ private:
+  std::shared_ptr<state> state_;
+};
+
+static_assert(resource<gpu_pool>);
+static_assert(cccl::async_resource_with<gpu_pool, cccl::device_accessible>);
+
+}  // namespace gpumem

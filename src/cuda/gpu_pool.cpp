@@ -1,0 +1,43 @@
+#include "gpumem/cuda/gpu_pool.hpp"
+
+#include "gpumem/cuda/upstreams.hpp"
+
+namespace gpumem {
+
+// Members in construction order: the pool is destroyed first, while its upstream and ordering
+// still exist to take back what it holds.
+struct gpu_pool::state {
+  std::unique_ptr<upstream> up;
+  cuda_ordering ord;
+  std::unique_ptr<gpumem::pool> p;
+
+  explicit state(const gpu_pool_options& o) {
+    switch (o.upstream) {
+      case gpu_upstream_kind::vmm: up = std::make_unique<vmm_upstream>(o.device); break;
+      case gpu_upstream_kind::device: up = std::make_unique<device_upstream>(o.device); break;
+      case gpu_upstream_kind::async: {
+        async_pool_options a = o.async;
+        if (a.device < 0) a.device = o.device;
+        up = std::make_unique<async_upstream>(a);
+        break;
+      }
+    }
+    p = std::make_unique<gpumem::pool>(*up, ord, o.pool);
+  }
+  ~state() { p.reset(); }
+};
+
+gpu_pool::gpu_pool(gpu_pool_options opts) : state_(std::make_shared<state>(opts)) {}
+
+void* gpu_pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
+  return state_->p->allocate(bytes, alignment, s);
+}
+
+void gpu_pool::deallocate(void* p, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
+  state_->p->deallocate(p, bytes, alignment, s);
+}
+
+gpumem::pool& gpu_pool::pool() const noexcept { return *state_->p; }
+upstream& gpu_pool::memory() const noexcept { return *state_->up; }
+
+}  // namespace gpumem

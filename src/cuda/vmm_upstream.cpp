@@ -1,0 +1,102 @@
+#include <cstdio>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_util.hpp"
+#include "cuda/driver_api.hpp"
+#include "gpumem/cuda/upstreams.hpp"
+
+namespace gpumem {
+
+using namespace cuda_detail;
+
+namespace {
+CUmemAllocationProp pinned_device_memory(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+CUdeviceptr as_device_ptr(void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+}  // namespace
+
+vmm_upstream::vmm_upstream(int device) : device_(resolve_device(device)) {
+  const driver_api& d = driver();
+  CUdevice dev = 0;
+  GPUMEM_CU_CHECK(d.device_get(&dev, device_));
+  int vmm_supported = 0;
+  GPUMEM_CU_CHECK(d.device_get_attribute(
+      &vmm_supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
+  if (!vmm_supported)
+    throw cuda_error("cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)",
+                     static_cast<int>(CUDA_ERROR_NOT_SUPPORTED), "CUDA_ERROR_NOT_SUPPORTED",
+                     "this device does not support virtual memory management (cuMemMap)");
+  const CUmemAllocationProp prop = pinned_device_memory(device_);
+  GPUMEM_CU_CHECK(d.mem_get_allocation_granularity(&granularity_, &prop,
+                                                   CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  capacity_ = device_total_bytes(device_);
+}
+
+void* vmm_upstream::allocate_segment(std::size_t) { no_plain_shape(name(), "allocate_segment"); }
+
+void* vmm_upstream::reserve_range(std::size_t bytes) {
+  CUdeviceptr base = 0;
+  GPUMEM_CU_CHECK(driver().mem_address_reserve(&base, align_up(bytes, granularity_), granularity_, 0, 0));
+  return reinterpret_cast<void*>(base);
+}
+
+void vmm_upstream::release_range(void* base, std::size_t bytes) noexcept {
+  const CUresult rc = driver().mem_address_free(as_device_ptr(base), align_up(bytes, granularity_));
+  if (rc != CUDA_SUCCESS)
+    std::fprintf(stderr, "gpumem: vmm_upstream: cuMemAddressFree(%p) failed: %s\n", base,
+                 driver_error_name(rc).c_str());
+}
+
+std::optional<physical_handle> vmm_upstream::create_physical(std::size_t bytes) {
+  const CUmemAllocationProp prop = pinned_device_memory(device_);
+  CUmemGenericAllocationHandle h = 0;
+  const CUresult rc = driver().mem_create(&h, bytes, &prop, 0);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
+  GPUMEM_CU_CHECK(rc);
+  physical_bytes_ += bytes;
+  return physical_handle{static_cast<std::uint64_t>(h)};
+}
+
+void vmm_upstream::release_physical(physical_handle h, std::size_t bytes) noexcept {
+  const CUresult rc = driver().mem_release(static_cast<CUmemGenericAllocationHandle>(h.value));
+  if (rc != CUDA_SUCCESS) {
+    std::fprintf(stderr, "gpumem: vmm_upstream: cuMemRelease failed: %s\n",
+                 driver_error_name(rc).c_str());
+    return;
+  }
+  physical_bytes_ -= bytes;
+}
+
+void vmm_upstream::map(void* at, std::size_t bytes, physical_handle h) {
+  const driver_api& d = driver();
+  GPUMEM_CU_CHECK(d.mem_map(as_device_ptr(at), bytes, 0,
+                            static_cast<CUmemGenericAllocationHandle>(h.value), 0));
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUresult rc = d.mem_set_access(as_device_ptr(at), bytes, &access, 1);
+  if (rc != CUDA_SUCCESS) {
+    (void)d.mem_unmap(as_device_ptr(at), bytes);  // never leave a mapping the device can't use
+    GPUMEM_CU_CHECK(rc);
+  }
+  mapped_bytes_ += bytes;
+}
+
+void vmm_upstream::unmap(void* at, std::size_t bytes) noexcept {
+  // cuMemUnmap waits for nothing: the pool only unmaps ranges no pending work can touch.
+  const CUresult rc = driver().mem_unmap(as_device_ptr(at), bytes);
+  if (rc != CUDA_SUCCESS) {
+    std::fprintf(stderr, "gpumem: vmm_upstream: cuMemUnmap(%p, %zu) failed: %s\n", at, bytes,
+                 driver_error_name(rc).c_str());
+    return;
+  }
+  mapped_bytes_ -= bytes;
+}
+
+}  // namespace gpumem
