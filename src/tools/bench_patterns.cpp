@@ -137,7 +137,9 @@ double calibrated_median(bench_allocator& a, Run&& run, double target_ms, int re
     run(n);
     ns = elapsed_ns(t0);
     a.synchronize();
-    if (ns >= target_ns / 8 || n >= (std::uint64_t{1} << 30)) break;
+    // A lone slow first call must not end the search early: at least 16 units unless one
+    // probe already lasts the whole target.
+    if ((ns >= target_ns / 8 && n >= 16) || ns >= target_ns || n >= (std::uint64_t{1} << 30)) break;
     n *= 2;
   }
   n = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(double(n) * target_ns / std::max(ns, 1.0)));
