@@ -1,0 +1,231 @@
+// `gpumem bench [pair|churn|threads|replay|all] [--simulate] [--json] [--reps N]`: host-side
+// speed of gpumem's pool against its peers, on the same patterns in the same process (issue
+// "Speed"; patterns in bench_patterns.hpp). With a GPU (CUDA build): gpumem's gpu_pool, cudaMalloc,
+// cudaMallocAsync and CUB's CachingDeviceAllocator. Without one, or with --simulate: gpumem's pool
+// on the simulated device next to glibc malloc. PyTorch's allocator: bench_torch_peer (optional).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "gpumem/trace.hpp"
+#include "tools/bench_allocators.hpp"
+#include "tools/bench_patterns.hpp"
+#include "tools/command.hpp"
+
+#if GPUMEM_HAVE_CUDA
+#include "gpumem/cuda/availability.hpp"
+#endif
+
+namespace gpumem::tools {
+namespace {
+
+struct bench_args {
+  std::string pattern = "all";
+  bool simulate = false;
+  bool json = false;
+  int reps = 5;
+  std::vector<std::string> traces;
+  std::vector<std::string> allocators;
+};
+
+// Trace files: those given, else every *.csv.gz in $GPUMEM_TRACES, shared/traces or
+// ../shared/traces (the first that exists).
+std::vector<std::filesystem::path> trace_files(const bench_args& a) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> out;
+  std::vector<fs::path> dirs;
+  for (const auto& t : a.traces) {
+    if (fs::is_directory(t)) dirs.emplace_back(t);
+    else out.emplace_back(t);
+  }
+  if (a.traces.empty()) {
+    if (const char* env = std::getenv("GPUMEM_TRACES")) dirs.emplace_back(env);
+    else
+      for (const char* d : {"shared/traces", "../shared/traces"})
+        if (fs::is_directory(d)) {
+          dirs.emplace_back(d);
+          break;
+        }
+  }
+  for (const auto& d : dirs) {
+    std::vector<fs::path> found;
+    for (const auto& e : fs::directory_iterator(d))
+      if (e.path().filename().string().ends_with(".csv.gz")) found.push_back(e.path());
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  return out;
+}
+
+void print_tables(const std::vector<bench_result>& results, int reps) {
+  // Rows in first-seen order per pattern; columns are allocators in first-seen order.
+  std::vector<std::string> patterns, allocators;
+  for (const auto& r : results) {
+    if (std::find(patterns.begin(), patterns.end(), r.pattern) == patterns.end())
+      patterns.push_back(r.pattern);
+    if (std::find(allocators.begin(), allocators.end(), r.allocator) == allocators.end())
+      allocators.push_back(r.allocator);
+  }
+  std::vector<std::string> ours;
+  for (const auto& r : results)
+    if (r.is_gpumem && std::find(ours.begin(), ours.end(), r.allocator) == ours.end())
+      ours.push_back(r.allocator);
+
+  for (const auto& pat : patterns) {
+    std::vector<std::string> params;
+    std::map<std::pair<std::string, std::string>, const bench_result*> cell;
+    bool higher = false;
+    const char* unit = "";
+    for (const auto& r : results) {
+      if (r.pattern != pat) continue;
+      higher = r.higher_is_better();
+      unit = r.unit_key();
+      const std::string p = r.param();
+      if (std::find(params.begin(), params.end(), p) == params.end()) params.push_back(p);
+      cell[{p, r.allocator}] = &r;
+    }
+    std::vector<std::string> cols;
+    for (const auto& a : allocators)
+      for (const auto& p : params)
+        if (cell.count({p, a})) {
+          cols.push_back(a);
+          break;
+        }
+    std::vector<std::pair<std::string, std::string>> ratios;  // (ours, peer)
+    for (const auto& o : ours)
+      if (std::find(cols.begin(), cols.end(), o) != cols.end())
+        for (const auto& c : cols)
+          if (c != o) ratios.emplace_back(o, c);
+
+    std::string title = pat;
+    if (pat == "churn") title += " (1000 live blocks, 256 B - 64 MiB)";
+    if (pat == "threads") title += " (200 live blocks of 256 B - 1 MiB per thread, own stream each)";
+    fmt::print("\n{}: {}, median of up to {} runs; ratio = how many times faster gpumem is\n",
+               title, unit, reps);
+    fmt::print("  {:<24}", "");
+    for (const auto& c : cols) fmt::print(" {:>18}", c);
+    for (const auto& [o, c] : ratios) fmt::print(" {:>22}", "vs " + c);
+    fmt::print("\n");
+    for (const auto& p : params) {
+      fmt::print("  {:<24}", p.empty() ? pat : p);
+      for (const auto& c : cols) {
+        auto it = cell.find({p, c});
+        if (it == cell.end()) fmt::print(" {:>18}", "-");
+        else if (!it->second->error.empty()) fmt::print(" {:>18}", "error");
+        else fmt::print(" {:>18.4g}", it->second->value);
+      }
+      for (const auto& [o, c] : ratios) {
+        auto a = cell.find({p, o}), b = cell.find({p, c});
+        if (a == cell.end() || b == cell.end() || !a->second->error.empty() ||
+            !b->second->error.empty() || a->second->value <= 0 || b->second->value <= 0) {
+          fmt::print(" {:>22}", "-");
+          continue;
+        }
+        const double x = higher ? a->second->value / b->second->value
+                                : b->second->value / a->second->value;
+        fmt::print(" {:>21.2f}x", x);
+      }
+      fmt::print("\n");
+    }
+  }
+  for (const auto& r : results)
+    if (!r.error.empty())
+      fmt::print("error: {} {} {}: {}\n", r.pattern, r.param(), r.allocator, r.error);
+}
+
+int run_bench(const bench_args& args) {
+  bool on_gpu = false;
+#if GPUMEM_HAVE_CUDA
+  if (!args.simulate) {
+    const gpu_status& gpu = gpu_available();
+    if (gpu) on_gpu = true;
+    else if (!args.json)
+      fmt::print(stderr, "gpumem bench: no GPU ({}); running on the simulated device\n", gpu.reason);
+  }
+#else
+  if (!args.simulate && !args.json)
+    fmt::print(stderr, "gpumem bench: this build has no CUDA layer; running on the simulated device\n");
+#endif
+  std::vector<bench_allocator_maker> makers;
+#if GPUMEM_HAVE_CUDA
+  if (on_gpu) makers = gpu_bench_allocators();
+#endif
+  if (!on_gpu) makers = cpu_bench_allocators();
+  if (!args.allocators.empty()) {
+    std::erase_if(makers, [&](const bench_allocator_maker& m) {
+      return std::find(args.allocators.begin(), args.allocators.end(), m.name) == args.allocators.end();
+    });
+    if (makers.empty()) {
+      fmt::print(stderr, "gpumem bench: no allocator matches --allocator\n");
+      return exit_unavailable;
+    }
+  }
+
+  const bool all = args.pattern == "all";
+  std::vector<trace> traces;
+  if (all || args.pattern == "replay") {
+    for (const auto& f : trace_files(args)) traces.push_back(read_trace(f));
+    if (traces.empty())
+      fmt::print(stderr, "gpumem bench: no traces found (give --traces DIR or set GPUMEM_TRACES); "
+                         "replay skipped\n");
+  }
+
+  bench_config cfg;
+  cfg.reps = args.reps;
+  std::vector<bench_result> results;
+  for (const auto& m : makers) {
+    if (!args.json) fmt::print(stderr, "gpumem bench: {}...\n", m.name);
+    std::vector<bench_result> got;
+    try {
+      auto a = m.make();
+      auto add = [&](std::vector<bench_result> v) {
+        for (auto& r : v) {
+          if (args.json) fmt::print("{}\n", to_json_line(r));
+          got.push_back(std::move(r));
+        }
+        std::fflush(stdout);
+      };
+      if (all || args.pattern == "pair") add(bench_pair(*a, cfg));
+      if (all || args.pattern == "churn") add(bench_churn(*a, cfg));
+      if (all || args.pattern == "threads") add(bench_threads(*a, cfg));
+      if (all || args.pattern == "replay") add(bench_replay(*a, traces, cfg));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "gpumem bench: {}: {}\n", m.name, e.what());
+    }
+    results.insert(results.end(), got.begin(), got.end());
+  }
+  if (!args.json) {
+    fmt::print("gpumem bench on {} (host time; {} CPU threads)\n",
+               on_gpu ? "the GPU" : "the simulated device", std::thread::hardware_concurrency());
+    print_tables(results, args.reps);
+  }
+  const bool failed = std::any_of(results.begin(), results.end(),
+                                  [](const bench_result& r) { return !r.error.empty(); });
+  return failed ? exit_failure : exit_ok;
+}
+
+const registrar reg{command{
+    "bench", "Allocator speed: gpumem's pool against its peers on alloc/free patterns",
+    [](CLI::App& sub, int& exit_code) {
+      auto args = std::make_shared<bench_args>();
+      sub.add_option("pattern", args->pattern, "pair | churn | threads | replay | all")
+          ->check(CLI::IsMember({"pair", "churn", "threads", "replay", "all"}));
+      sub.add_flag("--simulate", args->simulate,
+                   "Simulated device (gpumem) and malloc, even when a GPU is there");
+      sub.add_flag("--json", args->json, "One JSON object per (pattern, size/threads/trace, allocator)");
+      sub.add_option("--reps", args->reps, "Timed runs per figure; the median is reported")
+          ->check(CLI::Range(1, 1000));
+      sub.add_option("--traces", args->traces,
+                     "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces, "
+                     "../shared/traces)");
+      sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
+      sub.callback([args, &exit_code] { exit_code = run_bench(*args); });
+    }}};
+
+}  // namespace
+}  // namespace gpumem::tools

@@ -1,0 +1,58 @@
+#pragma once
+// The allocators `gpumem bench` compares, behind one small interface so each pattern is written
+// once. CPU ones (gpumem's pool on the simulated device, glibc malloc) live in bench_allocators.cpp;
+// GPU ones (gpumem on the GPU, cudaMalloc, cudaMallocAsync, CUB's CachingDeviceAllocator) in
+// src/cuda/bench_gpu_allocators.cpp, built only with the CUDA layer. PyTorch's caching allocator
+// is a separate program (bench/torch/bench_torch_peer.cpp) so nothing here needs torch.
+//
+// Plain C++ only (no fmt, no CLI11): the torch peer is built on machines that lack those headers.
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpumem/core.hpp"
+
+namespace gpumem::tools {
+
+class bench_allocator {
+ public:
+  virtual ~bench_allocator() = default;
+  virtual std::string name() const = 0;
+  // "simulated", "host" or "gpu": where the memory lives.
+  virtual std::string device() const = 0;
+  // Throws on failure (out_of_memory, cuda_error, std::bad_alloc).
+  virtual void* alloc(std::size_t bytes, stream_ref s) = 0;
+  // `bytes` and `s` are what alloc was given.
+  virtual void free(void* p, std::size_t bytes, stream_ref s) = 0;
+  // A stream of its own for one thread of the `threads` pattern (a cudaStream_t on the GPU, a
+  // simulated stream on the simulator); created before the clock starts.
+  virtual stream_ref create_stream() { return 0; }
+  virtual void destroy_stream(stream_ref) {}
+  // Waits for the device work enqueued so far; called between timed runs, never inside one.
+  virtual void synchronize() {}
+  // Non-empty: replay through gpumem::replay with this resource name (the simulated pool,
+  // malloc) instead of the generic replay loop.
+  virtual std::string replay_resource() const { return {}; }
+  // gpumem's own allocator: the tables show its ratio to every other one.
+  virtual bool is_gpumem() const { return false; }
+};
+
+// Allocators are made one at a time and destroyed before the next, so their caches never compete
+// for the device's memory.
+struct bench_allocator_maker {
+  std::string name;
+  std::function<std::unique_ptr<bench_allocator>()> make;
+};
+
+// gpumem::pool on a sim_device (virtual memory, 1 TiB, events complete at once) and malloc/free.
+std::vector<bench_allocator_maker> cpu_bench_allocators();
+
+#if GPUMEM_HAVE_CUDA
+// gpumem's gpu_pool (vmm upstream), cudaMalloc/cudaFree, cudaMallocAsync/cudaFreeAsync on the
+// device's default pool (release threshold UINT64_MAX), cub::CachingDeviceAllocator. Needs a GPU.
+std::vector<bench_allocator_maker> gpu_bench_allocators();
+#endif
+
+}  // namespace gpumem::tools

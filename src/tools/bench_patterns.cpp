@@ -1,0 +1,489 @@
+// The patterns of `gpumem bench`; see bench_patterns.hpp. Everything random is drawn before the
+// clock starts, and nothing but the allocator's calls (and an index into a prepared array) runs
+// inside a timed loop.
+#include "tools/bench_patterns.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "gpumem/replay.hpp"
+
+namespace gpumem::tools {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double elapsed_ns(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::nano>(clock_type::now() - t0).count();
+}
+
+// Keeps the compiler from proving an alloc/free pair dead.
+volatile std::uintptr_t sink;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+bench_result base(const bench_allocator& a, const char* pattern) {
+  bench_result r;
+  r.pattern = pattern;
+  r.allocator = a.name();
+  r.device = a.device();
+  r.is_gpumem = a.is_gpumem();
+  return r;
+}
+
+// Sizes log-uniform in [lo, hi]: as many requests between 256 B and 4 KiB as between 4 MiB and
+// 64 MiB, the spread real jobs show.
+class log_uniform {
+ public:
+  log_uniform(std::size_t lo, std::size_t hi)
+      : d_(std::log(double(lo)), std::log(double(hi))), lo_(lo), hi_(hi) {}
+  std::size_t operator()(std::mt19937_64& rng) {
+    const auto s = static_cast<std::size_t>(std::exp(d_(rng)));
+    return std::clamp(s, lo_, hi_);
+  }
+
+ private:
+  std::uniform_real_distribution<double> d_;
+  std::size_t lo_, hi_;
+};
+
+// A prepared sequence of (which live block, new size) steps, cycled through.
+struct step_plan {
+  std::vector<std::uint32_t> index;
+  std::vector<std::size_t> size;
+  std::size_t mask = 0;
+};
+
+step_plan make_plan(std::size_t live, std::size_t lo, std::size_t hi, std::uint64_t seed,
+                    std::size_t steps_pow2 = 16) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> pick(0, static_cast<std::uint32_t>(live - 1));
+  log_uniform sz(lo, hi);
+  step_plan p;
+  const std::size_t n = std::size_t{1} << steps_pow2;
+  p.mask = n - 1;
+  p.index.resize(n);
+  p.size.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    p.index[i] = pick(rng);
+    p.size[i] = sz(rng);
+  }
+  return p;
+}
+
+struct live_block {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Frees one live block and allocates its replacement. The slot is emptied first, so a throwing
+// alloc leaves nothing to free twice.
+inline void step(bench_allocator& a, std::vector<live_block>& blocks, const step_plan& plan,
+                 std::size_t j, stream_ref s) {
+  live_block& b = blocks[plan.index[j]];
+  if (b.p) a.free(b.p, b.bytes, s);
+  b.p = nullptr;
+  const std::size_t bytes = plan.size[j];
+  b.p = a.alloc(bytes, s);
+  b.bytes = bytes;
+}
+
+void fill(bench_allocator& a, std::vector<live_block>& blocks, std::size_t lo, std::size_t hi,
+          std::uint64_t seed, stream_ref s) {
+  std::mt19937_64 rng(seed);
+  log_uniform sz(lo, hi);
+  for (auto& b : blocks) {
+    b.bytes = sz(rng);
+    b.p = a.alloc(b.bytes, s);
+  }
+}
+
+void drain(bench_allocator& a, std::vector<live_block>& blocks, stream_ref s) noexcept {
+  for (auto& b : blocks) {
+    if (b.p) {
+      try {
+        a.free(b.p, b.bytes, s);
+      } catch (...) {
+      }
+    }
+    b = {};
+  }
+}
+
+// Finds a unit count whose run lasts about `target_ms`, then times `reps` runs of it. Returns the
+// median ns per unit; `units` receives the count.
+template <class Run>
+double calibrated_median(bench_allocator& a, Run&& run, double target_ms, int reps,
+                         std::uint64_t& units) {
+  const double target_ns = target_ms * 1e6;
+  std::uint64_t n = 1;
+  double ns = 0;
+  for (;;) {
+    const auto t0 = clock_type::now();
+    run(n);
+    ns = elapsed_ns(t0);
+    a.synchronize();
+    // A lone slow first call must not end the search early: at least 16 units unless one
+    // probe already lasts the whole target.
+    if ((ns >= target_ns / 8 && n >= 16) || ns >= target_ns || n >= (std::uint64_t{1} << 30)) break;
+    n *= 2;
+  }
+  n = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(double(n) * target_ns / std::max(ns, 1.0)));
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    run(n);
+    samples.push_back(elapsed_ns(t0) / double(n));
+    a.synchronize();
+  }
+  units = n;
+  return median(std::move(samples));
+}
+
+std::string size_text(std::size_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = double(b);
+  while (v >= 1024 && u < 4 && std::fmod(v, 1024) == 0) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g %s", v, units[u]);
+  return buf;
+}
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += ch;
+    }
+  }
+  return o + "\"";
+}
+
+std::string json_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+const char* bench_result::unit_key() const {
+  if (pattern == "pair") return "ns_per_pair";
+  if (pattern == "threads") return "mops_per_s";
+  return "ns_per_op";
+}
+
+std::string bench_result::param() const {
+  if (pattern == "pair") return size_text(size_bytes);
+  if (pattern == "threads") return std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+  if (pattern == "replay") return trace;
+  return "";
+}
+
+std::vector<bench_result> bench_pair(bench_allocator& a, const bench_config& c) {
+  std::vector<bench_result> out;
+  for (const std::size_t size : c.pair_sizes) {
+    bench_result r = base(a, "pair");
+    r.size_bytes = size;
+    try {
+      auto run = [&](std::uint64_t n) {
+        for (std::uint64_t i = 0; i < n; ++i) {
+          void* p = a.alloc(size, 0);
+          sink = reinterpret_cast<std::uintptr_t>(p);
+          a.free(p, size, 0);
+        }
+      };
+      run(8);  // warm: the first pair may go to the upstream
+      a.synchronize();
+      std::uint64_t n = 0;
+      r.value = calibrated_median(a, run, c.pair_run_ms, c.reps, n);
+      r.reps = c.reps;
+      r.ops = 2 * n;
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<bench_result> bench_churn(bench_allocator& a, const bench_config& c) {
+  bench_result r = base(a, "churn");
+  const step_plan plan =
+      make_plan(c.churn_live_blocks, c.churn_min_bytes, c.churn_max_bytes, c.seed + 1);
+  std::vector<live_block> blocks(c.churn_live_blocks);
+  try {
+    fill(a, blocks, c.churn_min_bytes, c.churn_max_bytes, c.seed, 0);
+    std::size_t pos = 0;
+    auto run = [&](std::uint64_t n) {
+      for (std::uint64_t i = 0; i < n; ++i) step(a, blocks, plan, pos++ & plan.mask, 0);
+    };
+    run(2 * c.churn_live_blocks);  // warm: the pool reaches its steady state
+    a.synchronize();
+    std::uint64_t n = 0;
+    r.value = calibrated_median(a, run, c.churn_run_ms, c.reps, n) / 2;  // 2 ops per step
+    r.reps = c.reps;
+    r.ops = 2 * n;
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  drain(a, blocks, 0);
+  a.synchronize();
+  return {r};
+}
+
+std::vector<bench_result> bench_threads(bench_allocator& a, const bench_config& c) {
+  std::vector<bench_result> out;
+  const int most = c.thread_counts.empty()
+                       ? 0
+                       : *std::max_element(c.thread_counts.begin(), c.thread_counts.end());
+  std::vector<stream_ref> streams;
+  std::vector<step_plan> plans;
+  try {
+    for (int t = 0; t < most; ++t) {
+      streams.push_back(a.create_stream());
+      plans.push_back(make_plan(c.threads_live_blocks, c.threads_min_bytes, c.threads_max_bytes,
+                                c.seed + 1000 + std::uint64_t(t), 14));
+    }
+  } catch (const std::exception& e) {
+    for (const int n : c.thread_counts) {
+      bench_result r = base(a, "threads");
+      r.threads = n;
+      r.error = e.what();
+      out.push_back(std::move(r));
+    }
+    for (stream_ref s : streams) a.destroy_stream(s);
+    return out;
+  }
+
+  for (const int n : c.thread_counts) {
+    bench_result r = base(a, "threads");
+    r.threads = n;
+    std::vector<double> samples;
+    for (int rep = 0; rep < c.reps && r.error.empty(); ++rep) {
+      std::barrier start(n + 1), done(n + 1);
+      std::atomic<bool> stop{false};
+      struct alignas(64) per_thread {
+        std::uint64_t ops = 0;
+        std::string error;
+      };
+      std::vector<per_thread> state(static_cast<std::size_t>(n));
+      std::vector<std::thread> workers;
+      for (int t = 0; t < n; ++t) {
+        workers.emplace_back([&, t] {
+          per_thread& me = state[std::size_t(t)];
+          const stream_ref s = streams[std::size_t(t)];
+          const step_plan& plan = plans[std::size_t(t)];
+          std::vector<live_block> blocks(c.threads_live_blocks);
+          try {
+            fill(a, blocks, c.threads_min_bytes, c.threads_max_bytes, c.seed + 2000 + std::uint64_t(t), s);
+          } catch (const std::exception& e) {
+            me.error = e.what();
+          }
+          start.arrive_and_wait();
+          if (me.error.empty()) {
+            try {
+              std::size_t pos = 0, steps = 0;
+              while (!stop.load(std::memory_order_relaxed)) {
+                step(a, blocks, plan, pos++ & plan.mask, s);
+                ++steps;
+              }
+              me.ops = 2 * steps;
+            } catch (const std::exception& e) {
+              me.error = e.what();
+            }
+          }
+          done.arrive_and_wait();
+          drain(a, blocks, s);
+        });
+      }
+      start.arrive_and_wait();
+      const auto t0 = clock_type::now();
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(c.threads_run_ms));
+      stop.store(true, std::memory_order_relaxed);
+      done.arrive_and_wait();
+      const double ns = elapsed_ns(t0);
+      for (auto& w : workers) w.join();
+      a.synchronize();
+      std::uint64_t ops = 0;
+      for (const auto& st : state) {
+        ops += st.ops;
+        if (!st.error.empty() && r.error.empty()) r.error = st.error;
+      }
+      samples.push_back(double(ops) / ns * 1e3);  // ops per ns * 1e9 / 1e6
+      r.ops = ops;
+    }
+    r.value = median(samples);
+    r.reps = static_cast<int>(samples.size());
+    out.push_back(std::move(r));
+  }
+  a.synchronize();
+  for (stream_ref s : streams) a.destroy_stream(s);
+  return out;
+}
+
+namespace {
+
+// The generic replay loop for allocators gpumem::replay does not know (the GPU ones): the same
+// shape as src/core/replay.cpp — slots and streams resolved before the clock starts.
+double replay_generic(bench_allocator& a, const trace& t, const bench_config& c, int& reps,
+                      std::uint64_t& ops) {
+  const std::size_t total = t.records.size();
+  std::vector<std::uint32_t> slot_of(total, UINT32_MAX);
+  std::vector<stream_ref> stream_of(total, 0);
+  std::uint32_t slots = 0;
+  std::unordered_map<std::uint64_t, stream_ref> streams;  // the trace's stream -> ours; 0 -> 0
+  struct stream_guard {
+    bench_allocator& a;
+    std::unordered_map<std::uint64_t, stream_ref>& m;
+    ~stream_guard() {
+      a.synchronize();
+      for (auto& [k, s] : m)
+        if (s) a.destroy_stream(s);
+    }
+  } guard{a, streams};
+  {
+    std::unordered_map<std::uint64_t, std::uint32_t> open;
+    std::vector<std::uint32_t> free_slots;
+    for (std::size_t i = 0; i < total; ++i) {
+      const trace_record& rec = t.records[i];
+      auto [it, fresh] = streams.try_emplace(rec.stream, 0);
+      if (fresh && rec.stream != 0) it->second = a.create_stream();
+      stream_of[i] = it->second;
+      if (rec.action == trace_action::allocate) {
+        std::uint32_t k;
+        if (!free_slots.empty()) {
+          k = free_slots.back();
+          free_slots.pop_back();
+        } else {
+          k = slots++;
+        }
+        open[rec.pointer] = k;
+        slot_of[i] = k;
+      } else if (rec.action == trace_action::free) {
+        auto f = open.find(rec.pointer);
+        if (f == open.end()) continue;
+        slot_of[i] = f->second;
+        free_slots.push_back(f->second);
+        open.erase(f);
+      }
+    }
+  }
+  struct slot { void* p = nullptr; std::size_t bytes = 0; stream_ref s = 0; };
+  std::vector<double> samples;
+  for (int r = 0; r < c.reps; ++r) {
+    std::vector<slot> live(slots);
+    std::uint64_t n = 0;
+    std::exception_ptr failure;
+    const auto t0 = clock_type::now();
+    try {
+      for (std::size_t i = 0; i < total; ++i) {
+        const trace_record& rec = t.records[i];
+        if (slot_of[i] == UINT32_MAX) continue;
+        slot& b = live[slot_of[i]];
+        if (rec.action == trace_action::allocate) {
+          b = {a.alloc(rec.size, stream_of[i]), rec.size, stream_of[i]};
+        } else {
+          if (b.p) a.free(b.p, b.bytes, stream_of[i]);
+          b = {};
+        }
+        ++n;
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    const double ns = elapsed_ns(t0);
+    for (auto& b : live)
+      if (b.p) a.free(b.p, b.bytes, b.s);
+    a.synchronize();
+    if (failure) std::rethrow_exception(failure);
+    samples.push_back(n ? ns / double(n) : 0);
+    ops = n;
+    if (ns > c.replay_max_run_s * 1e9) break;
+  }
+  reps = static_cast<int>(samples.size());
+  return median(std::move(samples));
+}
+
+std::string file_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::vector<bench_result> bench_replay(bench_allocator& a, const std::vector<trace>& traces,
+                                       const bench_config& c) {
+  std::vector<bench_result> out;
+  for (const trace& t : traces) {
+    bench_result r = base(a, "replay");
+    r.trace = file_name(t.name);
+    try {
+      if (const std::string res = a.replay_resource(); !res.empty()) {
+        replay_options o;
+        o.resource = res;
+        o.capacity_bytes = std::size_t{1} << 40;
+        std::vector<double> samples;
+        for (int rep = 0; rep < c.reps; ++rep) {
+          const replay_result rr = replay(t, o);
+          samples.push_back(rr.ns_per_op);
+          r.ops = rr.ops;
+          if (rr.failed_allocs) throw std::runtime_error("replay: allocations failed");
+          if (rr.ns_per_op * double(rr.ops) > c.replay_max_run_s * 1e9) break;
+        }
+        r.reps = static_cast<int>(samples.size());
+        r.value = median(std::move(samples));
+      } else {
+        r.value = replay_generic(a, t, c, r.reps, r.ops);
+      }
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string to_json_line(const bench_result& r) {
+  std::string j = "{\"pattern\":" + json_string(r.pattern) +
+                  ",\"allocator\":" + json_string(r.allocator) +
+                  ",\"device\":" + json_string(r.device);
+  if (r.pattern == "pair") j += ",\"size_bytes\":" + std::to_string(r.size_bytes);
+  if (r.pattern == "threads") j += ",\"threads\":" + std::to_string(r.threads);
+  if (r.pattern == "replay") j += ",\"trace\":" + json_string(r.trace);
+  if (r.error.empty()) {
+    j += ",\"" + std::string(r.unit_key()) + "\":" + json_number(r.value);
+  } else {
+    j += ",\"error\":" + json_string(r.error);
+  }
+  j += ",\"reps\":" + std::to_string(r.reps) + ",\"ops_per_run\":" + std::to_string(r.ops) + "}";
+  return j;
+}
+
+}  // namespace gpumem::tools

@@ -1,0 +1,71 @@
+#pragma once
+// The four allocation patterns of `gpumem bench` (issue "Speed"), run against any bench_allocator
+// and timed on the host:
+//   pair     one alloc + free, warm, at a fixed size: ns per pair.
+//   churn    1000 live blocks, sizes log-uniform 256 B - 64 MiB; each step frees a random live
+//            block and allocates a new one: ns per op (an op is one alloc or one free).
+//   threads  N threads, each on its own stream with 200 live blocks of 256 B - 1 MiB, random
+//            free + alloc steps for a fixed wall time, started together at a barrier: aggregate
+//            Mops/s over all threads.
+//   replay   a recorded trace, pointers resolved to dense slots before the clock starts: ns/op.
+// Random choices come from a fixed seed and are drawn before timing. Each figure is the median of
+// `reps` timed runs. Plain C++ only (see bench_allocators.hpp).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpumem/trace.hpp"
+#include "tools/bench_allocators.hpp"
+
+namespace gpumem::tools {
+
+struct bench_config {
+  int reps = 5;
+  std::vector<std::size_t> pair_sizes{512, 64u << 10, 1u << 20, 16u << 20, 256u << 20};
+  double pair_run_ms = 20;          // each timed run of `pair` lasts about this long
+  std::size_t churn_live_blocks = 1000;
+  std::size_t churn_min_bytes = 256;
+  std::size_t churn_max_bytes = std::size_t{64} << 20;
+  double churn_run_ms = 50;
+  std::vector<int> thread_counts{1, 4, 16};
+  std::size_t threads_live_blocks = 200;
+  std::size_t threads_min_bytes = 256;
+  std::size_t threads_max_bytes = std::size_t{1} << 20;
+  double threads_run_ms = 100;
+  // A replay run slower than this ends the repetitions early (cudaMalloc on the long trace).
+  double replay_max_run_s = 5;
+  std::uint64_t seed = 42;
+};
+
+struct bench_result {
+  std::string pattern;     // pair | churn | threads | replay
+  std::string allocator;
+  std::string device;      // simulated | host | gpu
+  bool is_gpumem = false;
+  std::size_t size_bytes = 0;   // pair
+  int threads = 0;              // threads
+  std::string trace;            // replay: file name
+  // The figure: ns per pair (pair), ns per op (churn, replay), Mops/s (threads). Lower is better
+  // except for Mops/s.
+  double value = 0;
+  int reps = 0;                 // timed runs the median is taken over
+  std::uint64_t ops = 0;        // ops in one timed run (the last)
+  std::string error;            // non-empty: the pattern failed; value is meaningless
+  // The key naming `value` in JSON: ns_per_pair, ns_per_op or mops_per_s.
+  const char* unit_key() const;
+  bool higher_is_better() const { return pattern == "threads"; }
+  // What identifies the row across allocators: "512 B", "4 threads", a trace name.
+  std::string param() const;
+};
+
+std::vector<bench_result> bench_pair(bench_allocator& a, const bench_config& c);
+std::vector<bench_result> bench_churn(bench_allocator& a, const bench_config& c);
+std::vector<bench_result> bench_threads(bench_allocator& a, const bench_config& c);
+std::vector<bench_result> bench_replay(bench_allocator& a, const std::vector<trace>& traces,
+                                       const bench_config& c);
+
+// One JSON object, on one line, without a trailing newline; snake_case keys, units in the names.
+std::string to_json_line(const bench_result& r);
+
+}  // namespace gpumem::tools
