@@ -26,6 +26,7 @@ struct slab;
 // What the pool knows of one live allocation.
 struct live_entry {
   std::size_t bytes = 0;        // as requested
+  std::size_t block_bytes = 0;  // what the block really is: a slot's size or an arena block's
   std::uint32_t alignment = 0;  // as requested (at least 256)
   bool used_elsewhere = false;  // record_use named another stream: never cached in a bin
   stream_ref stream = 0;        // the allocating stream

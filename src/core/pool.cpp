@@ -59,6 +59,8 @@ struct pool::impl {
   std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
   std::atomic<std::size_t> shared_peak{0};
   std::atomic<std::uint64_t> fast_allocs{0}, fast_frees{0};
+  // Arena bytes a thread has taken out of its front cache and not yet given back under m.
+  std::atomic<std::size_t> in_transit_bytes{0};
 
   impl(upstream& u, ordering& o, const pool_options& op)
       : opts(op),
@@ -282,7 +284,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   alignment = std::max(alignment, default_alignment);
   const bool small = bytes <= p.slabs.small_max() && alignment <= detail::class_unit;
   const std::size_t size = small ? detail::size_class_bytes(detail::size_class_of(bytes)) : align_up(bytes, 256);
-  const detail::live_entry entry{bytes, static_cast<std::uint32_t>(alignment), false, s, nullptr};
+  const detail::live_entry entry{bytes, size, static_cast<std::uint32_t>(alignment), false, s, nullptr};
 
   detail::front_cache& fc = p.my_front();
   if (p.bins_enabled) {
@@ -290,6 +292,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
     if (detail::cached_block c = fc.pop(s, size, alignment); c.addr) {
       detail::live_entry e = entry;
       e.sl = c.sl;
+      e.block_bytes = c.size;  // a cached arena block may serve a small request of another size
       fc.live.insert(c.addr, e);
       fc.live_bytes += bytes;
       p.account(fc, static_cast<std::ptrdiff_t>(bytes));
@@ -299,18 +302,17 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   }
 
   detail::slab* sl = nullptr;
-  std::uintptr_t a;
-  {
-    std::lock_guard lock(p.m);
-    std::string why;
-    a = p.take(bytes, alignment, s, sl, why);
-    if (!a) p.throw_oom(bytes, alignment, s, std::move(why));
-    ++p.st.allocations;
-    p.note_reserved();
-  }
+  std::lock_guard lock(p.m);
+  std::string why;
+  const std::uintptr_t a = p.take(bytes, alignment, s, sl, why);
+  if (!a) p.throw_oom(bytes, alignment, s, std::move(why));
+  ++p.st.allocations;
+  p.note_reserved();
+  // Into the caller's table before the pool's lock goes, so no one sees the block in no one's hands.
   std::lock_guard flock(fc.lock);
   detail::live_entry e = entry;
   e.sl = sl;
+  e.block_bytes = sl ? sl->slot_bytes : size;
   fc.live.insert(a, e);
   fc.live_bytes += bytes;
   p.account(fc, static_cast<std::ptrdiff_t>(bytes));
@@ -349,18 +351,21 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   detail::front_cache& fc = p.my_front();
   detail::live_entry e;
   bool found = false, ok = false;
+  bool in_own_front = false;
   {
     std::lock_guard flock(fc.lock);
     if (detail::live_entry* le = fc.live.find(a)) {
       found = true;
+      in_own_front = true;
       ok = remove(fc, le, e);
       if (ok && p.bins_enabled && !e.used_elsewhere) {
-        const std::size_t size = e.sl ? e.sl->slot_bytes : align_up(e.bytes, 256);
-        if (fc.push(s, {a, size, e.sl}, p.opts.front_cache_bytes, max_per_bin)) {
+        if (fc.push(s, {a, e.block_bytes, e.sl}, p.opts.front_cache_bytes, max_per_bin)) {
           p.fast_frees.fetch_add(1, std::memory_order_relaxed);
           return;
         }
       }
+      // On its way back to the core: counted so a check in between still adds up.
+      if (ok) p.in_transit_bytes.fetch_add(e.sl ? 0 : e.block_bytes, std::memory_order_relaxed);
     }
   }
   if (found && !ok) {
@@ -383,6 +388,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
       if (!found) bad = p.classify_unknown(a, bytes);
     }
     if (ok) {
+      if (in_own_front) p.in_transit_bytes.fetch_sub(e.sl ? 0 : e.block_bytes, std::memory_order_relaxed);
       p.give_back(a, e, s);
       ++p.st.deallocations;
       p.note_reserved();
@@ -472,8 +478,8 @@ void pool::check_invariants() const {
       if (e.sl) {
         if (a < e.sl->base || a + e.bytes > e.sl->base + e.sl->bytes) fail(fmt::format("slot {:#x} lies outside its slab", a));
       } else {
-        if (p.arena.live_size(a) != align_up(e.bytes, 256)) fail(fmt::format("live block {:#x} is not live in the arena", a));
-        arena_held += align_up(e.bytes, 256);
+        if (p.arena.live_size(a) != e.block_bytes) fail(fmt::format("live block {:#x} is not live in the arena", a));
+        arena_held += e.block_bytes;
       }
     });
     if (live != f->live_bytes) fail(fmt::format("front cache live bytes {} != counted {}", f->live_bytes, live));
@@ -491,6 +497,7 @@ void pool::check_invariants() const {
       if (cached != sb.cached_bytes) fail("a stream's cached bytes are off");
     }
   }
+  arena_held += p.in_transit_bytes.load(std::memory_order_relaxed);
   if (arena_held != p.arena.allocated_bytes())
     fail(fmt::format("the arena holds {} B live but blocks, cached blocks and slabs add to {} B",
                      p.arena.allocated_bytes(), arena_held));
