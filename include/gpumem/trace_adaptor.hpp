@@ -53,8 +53,9 @@ class trace_sink {
   void flush() noexcept;
   std::uint64_t rows() const noexcept;
 
- private:
   struct state;
+
+ private:
   std::unique_ptr<state> st_;
 };
 

@@ -98,7 +98,6 @@ TEST(TraceRoundtrip, ReplayOfVarlenInferenceThroughAdaptorReplaysTheSame) {
 TEST(TraceRoundtrip, TwoThreadsTwoStreamsRecordAValidTrace) {
   std::ostringstream out;
   sim_pool sp;
-  std::vector<std::size_t> live_per_thread(2, 0), peak_ops(2, 0);
   {
     trace_adaptor<pool> traced(sp.p, out, {.buffer_bytes = 4096});
     auto work = [&](unsigned seed, stream_ref s) {
@@ -134,7 +133,9 @@ TEST(TraceRoundtrip, TwoThreadsTwoStreamsRecordAValidTrace) {
     auto [it, inserted] = stream_of_thread.try_emplace(r.thread, r.stream);
     EXPECT_EQ(it->second, r.stream);  // each thread used its own stream
     // Rows are in time order (a step back is only the clock passing midnight).
-    if (last_time >= 0 && r.time_us < last_time) EXPECT_GT(last_time - r.time_us, 43200000000LL);
+    if (last_time >= 0 && r.time_us < last_time) {
+      EXPECT_GT(last_time - r.time_us, 43200000000LL);
+    }
     last_time = r.time_us;
   }
   EXPECT_EQ(threads.size(), 2u);
