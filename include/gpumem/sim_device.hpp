@@ -48,6 +48,7 @@ class sim_device {
   std::uint64_t upstream_calls() const noexcept;  // calls that create memory
   std::uint64_t events_recorded() const noexcept;
   std::uint64_t events_pending() const noexcept;
+  std::uint64_t zeroed_bytes() const noexcept;    // bytes zeroed through the upstream (zero_on_free)
   // True if [p, p+bytes) lies in memory the device handed out and is mapped.
   bool is_mapped(const void* p, std::size_t bytes) const noexcept;
 

@@ -46,6 +46,11 @@ class upstream {
   // Maps `h` at `at` (granule aligned) and makes it accessible to the device.
   virtual void map(void* at, std::size_t bytes, physical_handle h) = 0;
   virtual void unmap(void* at, std::size_t bytes) noexcept = 0;
+
+  // Zero-on-free (pool_options::zero_on_free): fills [p, p + bytes) with zeros, ordered on stream
+  // `s` after the work already there. The default upstream cannot, and says so.
+  virtual bool can_zero() const noexcept { return false; }
+  virtual void zero(void* p, std::size_t bytes, stream_ref s);
 };
 
 // The stream-ordering rules, expressed as the few questions the pool needs answered. On the GPU:

@@ -1,5 +1,6 @@
 // Messages for what the library throws, and the misuse handler.
 #include "gpumem/errors.hpp"
+#include "gpumem/upstream.hpp"
 
 #include <fmt/format.h>
 
@@ -79,5 +80,9 @@ misuse_handler set_misuse_handler(misuse_handler h) noexcept {
 }
 
 void report_misuse(const misuse_report& r) noexcept { current_handler.load()(r); }
+
+void upstream::zero(void*, std::size_t, stream_ref) {
+  throw std::logic_error(fmt::format("upstream {} cannot zero memory (zero_on_free needs one that can)", name()));
+}
 
 }  // namespace gpumem

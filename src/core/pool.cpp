@@ -46,6 +46,7 @@ thread_local std::vector<tls_front> tls_fronts;
 struct pool::impl {
   pool_options opts;
   upstream& up;
+  ordering& ord;
   const std::uint64_t id;
   const bool bins_enabled;
   mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
@@ -65,6 +66,7 @@ struct pool::impl {
   impl(upstream& u, ordering& o, const pool_options& op)
       : opts(op),
         up(u),
+        ord(o),
         id(next_pool_id.fetch_add(1)),
         bins_enabled(op.front_cache),
         clock(o),
@@ -72,6 +74,9 @@ struct pool::impl {
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
                                     op.release_threshold_bytes}),
         slabs(arena, clock, std::min(op.small_max_bytes, std::size_t{1} << 20)) {
+    if (op.zero_on_free && !u.can_zero())
+      throw std::invalid_argument(fmt::format(
+          "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));
     // Without per-thread caches every thread shares one front (and its table of live blocks).
     if (!bins_enabled) {
       fronts.push_back(std::make_unique<detail::front_cache>());
@@ -137,10 +142,25 @@ struct pool::impl {
         used_on.erase(u);
       }
     }
+    if (opts.zero_on_free && !also.empty()) {
+      // The other streams may still read the block: the zeroing on `s` waits for them.
+      for (stream_ref other : also) {
+        const event_ref ev = ord.record(other);
+        ord.stream_wait(s, ev);
+        ord.release(ev);
+      }
+      zero(a, e, s);
+    }
     if (e.sl)
       slabs.deallocate(e.sl, a, s, also);
     else
       arena.deallocate(a, s, also);
+  }
+
+  // Zero-on-free: the block is cleared on the freeing stream before anyone else can get it (the
+  // events that let other streams reuse it are recorded after this).
+  void zero(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
+    up.zero(reinterpret_cast<void*>(a), e.block_bytes, s);
   }
 
   // Under m: every front cache's bins go back, each block as freed on its bin's stream.
@@ -342,6 +362,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
       return false;
     }
     out = *e;
+    if (p.opts.zero_on_free && !e->used_elsewhere) p.zero(a, *e, s);
     f.live.erase(a);
     f.live_bytes -= bytes;
     p.account(f, -static_cast<std::ptrdiff_t>(bytes));

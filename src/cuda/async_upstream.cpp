@@ -47,3 +47,7 @@ std::optional<physical_handle> async_upstream::create_physical(std::size_t) {
 void async_upstream::map(void*, std::size_t, physical_handle) { no_virtual_shape(name(), "map"); }
 
 }  // namespace gpumem
+
+namespace gpumem {
+void async_upstream::zero(void* p, std::size_t bytes, stream_ref s) { cuda_detail::zero_async(p, bytes, s); }
+}  // namespace gpumem

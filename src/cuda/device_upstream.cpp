@@ -38,3 +38,7 @@ std::optional<physical_handle> device_upstream::create_physical(std::size_t) {
 void device_upstream::map(void*, std::size_t, physical_handle) { no_virtual_shape(name(), "map"); }
 
 }  // namespace gpumem
+
+namespace gpumem {
+void device_upstream::zero(void* p, std::size_t bytes, stream_ref s) { cuda_detail::zero_async(p, bytes, s); }
+}  // namespace gpumem

@@ -16,6 +16,10 @@ int resolve_device(int device) {
   return current;
 }
 
+void zero_async(void* p, std::size_t bytes, std::uintptr_t s) {
+  GPUMEM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, reinterpret_cast<cudaStream_t>(s)));
+}
+
 std::size_t device_total_bytes(int device) {
   device_guard g(device);
   std::size_t free_bytes = 0, total_bytes = 0;

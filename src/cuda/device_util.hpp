@@ -2,6 +2,7 @@
 // Small helpers the CUDA layer shares: which device, how big, and the plain upstreams' answer to
 // virtual-shape calls they never get.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace gpumem::cuda_detail {
@@ -21,6 +22,9 @@ class device_guard {
  private:
   int previous_ = -1;
 };
+
+// cudaMemsetAsync(p, 0, bytes) on stream `s` (a stream_ref), checked.
+void zero_async(void* p, std::size_t bytes, std::uintptr_t s);
 
 [[noreturn]] void no_virtual_shape(const std::string& upstream_name, const char* call);
 [[noreturn]] void no_plain_shape(const std::string& upstream_name, const char* call);

@@ -100,3 +100,7 @@ void vmm_upstream::unmap(void* at, std::size_t bytes) noexcept {
 }
 
 }  // namespace gpumem
+
+namespace gpumem {
+void vmm_upstream::zero(void* p, std::size_t bytes, stream_ref s) { cuda_detail::zero_async(p, bytes, s); }
+}  // namespace gpumem

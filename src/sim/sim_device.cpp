@@ -35,6 +35,7 @@ struct sim_device::state {
   std::unordered_map<event_ref, event_state> events;
   event_ref next_event = 1;
   std::uint64_t events_recorded = 0;
+  std::uint64_t zeroed_bytes = 0, zero_calls = 0;
   std::unique_ptr<upstream> up;   // the interfaces the pool sees, over this state
   std::unique_ptr<ordering> ord;
 
@@ -65,9 +66,13 @@ struct sim_device::state {
 
 namespace {
 
+void sim_zero(sim_device::state& s, const sim_device& dev, void* p, std::size_t bytes);
+
 class sim_upstream final : public upstream {
  public:
-  explicit sim_upstream(sim_device::state& s) : s_(s) {}
+  sim_upstream(sim_device::state& s, const sim_device& dev) : s_(s), dev_(dev) {}
+  bool can_zero() const noexcept override { return true; }
+  void zero(void* p, std::size_t bytes, stream_ref) override { sim_zero(s_, dev_, p, bytes); }
   std::string name() const override { return "sim"; }
   std::size_t granularity() const noexcept override { return s_.opts.granularity_bytes; }
   bool supports_virtual() const noexcept override { return s_.opts.virtual_memory; }
@@ -155,7 +160,18 @@ class sim_upstream final : public upstream {
 
  private:
   sim_device::state& s_;
+  const sim_device& dev_;
 };
+
+// Zeroing: the simulator backs no bytes, so it checks the range is memory it handed out and
+// mapped, and counts it.
+void sim_zero(sim_device::state& s, const sim_device& dev, void* p, std::size_t bytes) {
+  if (!dev.is_mapped(p, bytes))
+    throw std::logic_error(fmt::format("sim: zero of {} B at {} touches memory that is not mapped", bytes, p));
+  std::lock_guard lock(s.m);
+  s.zeroed_bytes += bytes;
+  ++s.zero_calls;
+}
 
 class sim_ordering final : public ordering {
  public:
@@ -203,7 +219,7 @@ class sim_ordering final : public ordering {
 }  // namespace
 
 sim_device::sim_device(sim_options opts) : state_(std::make_unique<state>(opts)) {
-  state_->up = std::make_unique<sim_upstream>(*state_);
+  state_->up = std::make_unique<sim_upstream>(*state_, *this);
   state_->ord = std::make_unique<sim_ordering>(*state_);
 }
 sim_device::~sim_device() = default;
@@ -257,6 +273,10 @@ std::uint64_t sim_device::upstream_calls() const noexcept {
 std::uint64_t sim_device::events_recorded() const noexcept {
   std::lock_guard lock(state_->m);
   return state_->events_recorded;
+}
+std::uint64_t sim_device::zeroed_bytes() const noexcept {
+  std::lock_guard lock(state_->m);
+  return state_->zeroed_bytes;
 }
 std::uint64_t sim_device::events_pending() const noexcept {
   std::lock_guard lock(state_->m);

@@ -33,6 +33,8 @@ class device_upstream final : public upstream {
   void release_physical(physical_handle, std::size_t) noexcept override {}
   void map(void*, std::size_t, physical_handle) override;
   void unmap(void*, std::size_t) noexcept override {}
+  bool can_zero() const noexcept override { return true; }
+  void zero(void* p, std::size_t bytes, stream_ref s) override;  // cudaMemsetAsync
 
  private:
   int device_ = 0;
@@ -58,6 +60,8 @@ class async_upstream final : public upstream {
   void release_physical(physical_handle, std::size_t) noexcept override {}
   void map(void*, std::size_t, physical_handle) override;
   void unmap(void*, std::size_t) noexcept override {}
+  bool can_zero() const noexcept override { return true; }
+  void zero(void* p, std::size_t bytes, stream_ref s) override;  // cudaMemsetAsync
 
   async_pool& memory_pool() noexcept { return pool_; }
 
@@ -87,6 +91,8 @@ class vmm_upstream final : public upstream {
   void release_physical(physical_handle h, std::size_t bytes) noexcept override;
   void map(void* at, std::size_t bytes, physical_handle h) override;
   void unmap(void* at, std::size_t bytes) noexcept override;
+  bool can_zero() const noexcept override { return true; }
+  void zero(void* p, std::size_t bytes, stream_ref s) override;  // cudaMemsetAsync
 
   std::size_t physical_bytes() const noexcept { return physical_bytes_.load(); }
   std::size_t mapped_bytes() const noexcept { return mapped_bytes_.load(); }
