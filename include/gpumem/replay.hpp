@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,22 @@ struct replay_result {
   std::size_t reserved_after_first_pass_bytes = 0;  // with passes > 1: the soak's baseline
   double soak_growth = 0.0;          // with passes > 1: peak reserved after pass 1 / after pass 1 - 1
 };
+
+// What replay drives. The core's targets run on the simulated device; other layers (the GPU) add
+// theirs with register_replay_target.
+struct replay_target {
+  virtual ~replay_target() = default;
+  virtual void* allocate(std::size_t bytes, stream_ref s) = 0;  // nullptr: could not
+  virtual void deallocate(void* p, std::size_t bytes, stream_ref s) = 0;
+  // Replays map each distinct trace Stream value to a stream of the target.
+  virtual stream_ref stream_for(std::uint64_t trace_stream) { return trace_stream; }
+  virtual std::size_t reserved() = 0;
+  virtual std::size_t peak_reserved() = 0;
+  virtual pool_stats stats() { return {}; }
+  virtual std::vector<block_info> blocks() { return {}; }
+};
+using replay_target_factory = std::function<std::unique_ptr<replay_target>(const replay_options&)>;
+void register_replay_target(const std::string& name, replay_target_factory make);
 
 // Throws std::invalid_argument for an unknown resource name.
 replay_result replay(const trace& t, const replay_options& opts);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -17,16 +18,13 @@
 namespace gpumem {
 namespace {
 
-// The three kinds of replay target behind one small interface, so the loop is written once.
-struct target {
-  virtual ~target() = default;
-  virtual void* allocate(std::size_t bytes, stream_ref s) = 0;  // nullptr: could not
-  virtual void deallocate(void* p, std::size_t bytes, stream_ref s) = 0;
-  virtual std::size_t reserved() = 0;
-  virtual std::size_t peak_reserved() = 0;
-  virtual pool_stats stats() { return {}; }
-  virtual std::vector<block_info> blocks() { return {}; }
-};
+using target = replay_target;
+
+std::mutex registry_mutex;
+std::vector<std::pair<std::string, replay_target_factory>>& registry() {
+  static std::vector<std::pair<std::string, replay_target_factory>> r;
+  return r;
+}
 
 struct pool_target final : target {
   sim_device dev;
@@ -89,6 +87,11 @@ std::unique_ptr<target> make_target(const replay_options& o) {
   if (o.resource == "pool-segments") return std::make_unique<pool_target>(o, false);
   if (o.resource == "exact") return std::make_unique<exact_target>(o);
   if (o.resource == "malloc") return std::make_unique<malloc_target>();
+  {
+    std::lock_guard lock(registry_mutex);
+    for (const auto& [name, make] : registry())
+      if (name == o.resource) return make(o);
+  }
   std::string names;
   for (const auto& n : replay_resources()) names += (names.empty() ? "" : ", ") + n;
   throw std::invalid_argument(fmt::format("unknown resource '{}' (known: {})", o.resource, names));
@@ -96,7 +99,22 @@ std::unique_ptr<target> make_target(const replay_options& o) {
 
 }  // namespace
 
-std::vector<std::string> replay_resources() { return {"pool", "pool-segments", "exact", "malloc"}; }
+std::vector<std::string> replay_resources() {
+  std::vector<std::string> names{"pool", "pool-segments", "exact", "malloc"};
+  std::lock_guard lock(registry_mutex);
+  for (const auto& [name, make] : registry()) names.push_back(name);
+  return names;
+}
+
+void register_replay_target(const std::string& name, replay_target_factory make) {
+  std::lock_guard lock(registry_mutex);
+  for (auto& [n, m] : registry())
+    if (n == name) {
+      m = std::move(make);
+      return;
+    }
+  registry().emplace_back(name, std::move(make));
+}
 
 replay_result replay(const trace& t, const replay_options& opts) {
   auto tgt = make_target(opts);
@@ -149,7 +167,7 @@ replay_result replay(const trace& t, const replay_options& opts) {
     const trace_record& rec = t.records[i];
     switch (rec.action) {
       case trace_action::allocate: {
-        void* p = tgt->allocate(rec.size, rec.stream);
+        void* p = tgt->allocate(rec.size, tgt->stream_for(rec.stream));
         if (!p && rec.size) ++r.failed_allocs;
         live[slot_of[i]] = {p, rec.size, true};
         live_bytes += rec.size;
@@ -160,7 +178,7 @@ replay_result replay(const trace& t, const replay_options& opts) {
       case trace_action::free: {
         if (slot_of[i] == UINT32_MAX) break;
         live_block& b = live[slot_of[i]];
-        if (b.ptr) tgt->deallocate(b.ptr, b.bytes, rec.stream);
+        if (b.ptr) tgt->deallocate(b.ptr, b.bytes, tgt->stream_for(rec.stream));
         live_bytes -= b.bytes;
         b = {};
         ++r.ops;
