@@ -378,6 +378,7 @@ __attribute__((visibility("default"))) void gpumem_trim_all() noexcept {
 // PyTorch's Tensor.record_stream: `ptr` is also used on `s`; its memory is reused only after the
 // work enqueued on `s` before the free. The shape of PyTorch's record_stream_fn.
 __attribute__((visibility("default"))) void gpumem_record_stream(void* ptr, cudaStream_t s) noexcept {
+  last_error.clear();   // so Python can tell this call's failure from an older one
   if (ptr == nullptr) return;
   try {
     gpumem::gpu_pool* p = pool_of_pointer(ptr);
