@@ -1,0 +1,88 @@
+"""gpumem from Python: PyTorch and CuPy allocators over libgpumem_torch.so (ctypes).
+
+    import gpumem.torch; gpumem.torch.use()      # before the first CUDA allocation
+    import gpumem.cupy;  gpumem.cupy.use()
+
+and, whichever framework allocates:
+
+    gpumem.stats()            # live / reserved bytes and their peaks, allocation counts
+    gpumem.trim()             # hand cached memory back to the driver
+    gpumem.record_stream(x, s)  # x is also used on stream s (Tensor.record_stream's meaning)
+    gpumem.reset_peaks()
+"""
+from __future__ import annotations
+
+import ctypes
+
+from . import _lib
+from ._lib import configure, last_error, library_path
+
+__all__ = ["configure", "last_error", "library_path", "stats", "trim", "record_stream",
+           "reset_peaks"]
+
+_STAT_KEYS = ("live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes",
+              "allocations", "frees")
+
+
+def _device(device) -> int:
+    if device is None:
+        return -1   # the calling thread's current device
+    if hasattr(device, "index"):   # torch.device
+        return -1 if device.index is None else int(device.index)
+    if hasattr(device, "id"):      # cupy.cuda.Device
+        return int(device.id)
+    return int(device)
+
+
+def stats(device=None) -> dict:
+    """The pool's figures for `device` (default: current): live_bytes, peak_live_bytes,
+    reserved_bytes, peak_reserved_bytes, allocations, frees. Zeros before the first allocation."""
+    out = (ctypes.c_size_t * 6)()
+    if _lib.load().gpumem_stats(_device(device), out) != 0:
+        raise RuntimeError(last_error())
+    return dict(zip(_STAT_KEYS, (int(v) for v in out)))
+
+
+def trim(device=None) -> None:
+    """Hands every cached byte of `device`'s pool (default: current) back to the driver; waits
+    for pending frees first. What torch.cuda.empty_cache() does for PyTorch's own allocator."""
+    if _lib.load().gpumem_trim(_device(device)) != 0:
+        raise RuntimeError(last_error())
+
+
+def reset_peaks(device=None) -> None:
+    """Peaks start again from the current figures."""
+    if _lib.load().gpumem_reset_peaks(_device(device)) != 0:
+        raise RuntimeError(last_error())
+
+
+def _pointer(obj) -> int:
+    if isinstance(obj, int):
+        return obj
+    if hasattr(obj, "untyped_storage"):   # torch.Tensor: the allocation, not a view's offset
+        return int(obj.untyped_storage().data_ptr())
+    data = getattr(obj, "data", None)      # cupy.ndarray -> MemoryPointer -> its memory
+    mem = getattr(data, "mem", None)
+    if mem is not None:
+        return int(mem.ptr)
+    raise TypeError(f"gpumem.record_stream: cannot find the allocation of {type(obj).__name__}")
+
+
+def _stream(s) -> int:
+    if s is None:
+        return 0
+    if isinstance(s, int):
+        return s
+    for attr in ("cuda_stream", "ptr"):   # torch.cuda.Stream, cupy.cuda.Stream
+        if hasattr(s, attr):
+            return int(getattr(s, attr))
+    raise TypeError(f"gpumem.record_stream: not a stream: {type(s).__name__}")
+
+
+def record_stream(obj, stream) -> None:
+    """`obj` (a torch.Tensor, a cupy.ndarray or a raw pointer from gpumem) is also used on
+    `stream`: its memory is reused only after the work enqueued there before it is freed."""
+    _lib.load().gpumem_record_stream(ctypes.c_void_p(_pointer(obj)), ctypes.c_void_p(_stream(stream)))
+    err = last_error()
+    if err.startswith("gpumem_record_stream"):
+        raise RuntimeError(err)

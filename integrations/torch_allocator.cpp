@@ -1,0 +1,410 @@
+// libgpumem_torch.so: gpumem's gpu_pool behind C entry points, for
+//   torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_alloc", "gpumem_free")
+// and for CuPy / ctypes (integrations/python/gpumem).
+//
+// One gpu_pool per device, created on first use with that device current. Options come from
+// gpumem_configure() (before first use) on top of the environment, read once:
+//   GPUMEM_RELEASE_THRESHOLD  pool_options::release_threshold_bytes (bytes; K/M/G/T suffixes; "max")
+//   GPUMEM_MAX_RESERVED       pool_options::max_reserved_bytes
+//   GPUMEM_CONFIG             the same "key=value,..." string gpumem_configure() takes
+// (The library itself takes options only as a struct; this shared library is a tool-side adaptor,
+// so the environment is read here and nowhere else.)
+//
+// CUDA runtime: the gpumem library links cudart statically, so this .so carries its own copy of
+// the runtime next to PyTorch's libcudart. Two runtimes in one process are legal: both sit on the
+// same driver and the same primary context per device, so the cudaStream_t values PyTorch hands us
+// and the events we record on them are valid in either runtime.
+//
+// Failure. PyTorch's CUDAPluggableAllocator::malloc stores whatever alloc_fn returns without
+// checking it (torch/csrc/cuda/CUDAPluggableAllocator.cpp), so a nullptr would become a tensor with
+// a null data pointer and a later illegal-address fault. gpumem_alloc therefore throws (a
+// std::bad_alloc carrying gpumem's out-of-memory report): PyTorch catches it and raises a Python
+// RuntimeError with that text (the error path PyTorch's own tests exercise for pluggable
+// allocators, pytorch/pytorch#94166). gpumem_alloc_nothrow is the C contract for everyone else
+// (CuPy, ctypes): nullptr on failure, nothing printed, the message in gpumem_last_error().
+// Throwing out of this .so needs the process's shared unwinder (libgcc_s), so the .so links
+// libstdc++ statically but libgcc dynamically (see integrations/CMakeLists.txt).
+#include <cuda_runtime_api.h>
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gpumem/cuda/gpu_pool.hpp"
+#include "gpumem/cuda/upstreams.hpp"
+#include "gpumem/errors.hpp"
+
+namespace {
+
+constexpr int max_devices = 64;
+
+thread_local std::string last_error;
+
+// What PyTorch receives when a request cannot be served: a std::bad_alloc (PyTorch's handlers
+// catch std::exception) whose text is gpumem's report.
+class alloc_failed : public std::bad_alloc {
+ public:
+  explicit alloc_failed(std::string m) : message_(std::move(m)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+struct registry {
+  std::mutex mutex;
+  gpumem::gpu_pool_options options;
+  bool env_read = false;
+  bool used = false;   // a pool exists: options are frozen
+  // Pools are created once and never destroyed: PyTorch and CuPy free tensors during interpreter
+  // shutdown, after static destructors may have run, and the CUDA runtime may already be gone.
+  std::array<std::atomic<gpumem::gpu_pool*>, max_devices> pools{};
+};
+
+registry& reg() {
+  static registry* r = new registry;   // leaked on purpose, see above
+  return *r;
+}
+
+std::string lower(std::string_view s) {
+  std::string out;
+  for (char c : s) out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return out;
+}
+
+std::string_view trim_view(std::string_view s) {
+  const char* ws = " \t\r\n\"'{}";
+  const auto b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+// "123", "64M", "2G", "1.5GiB", "max": bytes. nullopt when it is none of those.
+std::optional<std::size_t> parse_bytes(std::string_view text) {
+  std::string s = lower(trim_view(text));
+  if (s == "max" || s == "inf" || s == "none" || s == "unlimited")
+    return std::numeric_limits<std::size_t>::max();
+  if (s.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || errno != 0 || v < 0) return std::nullopt;
+  std::string suffix(end);
+  if (suffix.ends_with("ib")) suffix.resize(suffix.size() - 2);
+  else if (suffix.ends_with("b")) suffix.resize(suffix.size() - 1);
+  double scale = 1;
+  if (suffix == "k") scale = 1024.0;
+  else if (suffix == "m") scale = 1024.0 * 1024;
+  else if (suffix == "g") scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!suffix.empty()) return std::nullopt;
+  const double bytes = v * scale;
+  if (bytes >= 1.8e19) return std::numeric_limits<std::size_t>::max();
+  return static_cast<std::size_t>(bytes);
+}
+
+std::optional<bool> parse_bool(std::string_view text) {
+  const std::string s = lower(trim_view(text));
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  return std::nullopt;
+}
+
+// Applies "key=value,key=value" (or a flat JSON object: {"key": value, ...}) to `o`.
+// Returns an empty string, or what was wrong.
+std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o) {
+  gpumem::gpu_pool_options next = o;
+  while (!text.empty()) {
+    const auto comma = text.find_first_of(",;");
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    item = trim_view(item);
+    if (item.empty()) continue;
+    const auto sep = item.find_first_of("=:");
+    if (sep == std::string_view::npos) return "gpumem_configure: '" + std::string(item) + "' has no value";
+    const std::string key = lower(trim_view(item.substr(0, sep)));
+    const std::string_view value = trim_view(item.substr(sep + 1));
+    auto bytes = [&](std::size_t& field) -> std::string {
+      auto v = parse_bytes(value);
+      if (!v) return "gpumem_configure: " + key + ": '" + std::string(value) + "' is not a size";
+      field = *v;
+      return {};
+    };
+    auto flag = [&](bool& field) -> std::string {
+      auto v = parse_bool(value);
+      if (!v) return "gpumem_configure: " + key + ": '" + std::string(value) + "' is not 0/1";
+      field = *v;
+      return {};
+    };
+    std::string err;
+    if (key == "release_threshold_bytes" || key == "release_threshold") err = bytes(next.pool.release_threshold_bytes);
+    else if (key == "max_reserved_bytes" || key == "max_reserved") err = bytes(next.pool.max_reserved_bytes);
+    else if (key == "small_max_bytes") err = bytes(next.pool.small_max_bytes);
+    else if (key == "min_segment_bytes") err = bytes(next.pool.min_segment_bytes);
+    else if (key == "address_range_bytes") err = bytes(next.pool.address_range_bytes);
+    else if (key == "front_cache_bytes") err = bytes(next.pool.front_cache_bytes);
+    else if (key == "front_cache") err = flag(next.pool.front_cache);
+    else if (key == "zero_on_free") err = flag(next.pool.zero_on_free);
+    else if (key == "upstream") {
+      const std::string v = lower(value);
+      if (v == "vmm") next.upstream = gpumem::gpu_upstream_kind::vmm;
+      else if (v == "device") next.upstream = gpumem::gpu_upstream_kind::device;
+      else if (v == "async") next.upstream = gpumem::gpu_upstream_kind::async;
+      else err = "gpumem_configure: upstream must be vmm, device or async, not '" + v + "'";
+    } else {
+      err = "gpumem_configure: unknown key '" + key + "'";
+    }
+    if (!err.empty()) return err;
+  }
+  o = next;
+  return {};
+}
+
+// Caller holds reg().mutex.
+void read_env_once(registry& r) {
+  if (r.env_read) return;
+  r.env_read = true;
+  // A malformed variable is ignored rather than fatal (there is no one to tell at this point);
+  // gpumem_last_error() says so.
+  if (const char* v = std::getenv("GPUMEM_CONFIG")) {
+    if (auto err = apply_config(v, r.options); !err.empty()) last_error = "GPUMEM_CONFIG: " + err;
+  }
+  if (const char* v = std::getenv("GPUMEM_RELEASE_THRESHOLD")) {
+    if (auto b = parse_bytes(v)) r.options.pool.release_threshold_bytes = *b;
+    else last_error = "GPUMEM_RELEASE_THRESHOLD: not a size";
+  }
+  if (const char* v = std::getenv("GPUMEM_MAX_RESERVED")) {
+    if (auto b = parse_bytes(v)) r.options.pool.max_reserved_bytes = *b;
+    else last_error = "GPUMEM_MAX_RESERVED: not a size";
+  }
+}
+
+// Makes `device` current for the scope when it is not already (PyTorch usually calls with its
+// current device, so the common path is one cudaGetDevice).
+class scoped_device {
+ public:
+  explicit scoped_device(int device) {
+    if (device < 0) return;
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != device) {
+      if (cudaSetDevice(device) == cudaSuccess) previous_ = cur;
+    }
+  }
+  ~scoped_device() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  scoped_device(const scoped_device&) = delete;
+  scoped_device& operator=(const scoped_device&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+int current_device() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) d = 0;
+  return d;
+}
+
+// The pool of `device`, created on first call. Throws what gpu_pool's constructor throws.
+gpumem::gpu_pool& pool_for(int device) {
+  if (device < 0) device = current_device();
+  if (device >= max_devices) throw std::invalid_argument("gpumem: device index out of range");
+  registry& r = reg();
+  if (auto* p = r.pools[device].load(std::memory_order_acquire)) return *p;
+  std::lock_guard lock(r.mutex);
+  if (auto* p = r.pools[device].load(std::memory_order_relaxed)) return *p;
+  read_env_once(r);
+  gpumem::gpu_pool_options o = r.options;
+  o.device = device;
+  scoped_device guard(device);
+  auto* p = new gpumem::gpu_pool(o);   // never deleted, see registry
+  r.used = true;
+  r.pools[device].store(p, std::memory_order_release);
+  return *p;
+}
+
+// The pool of `device` if it exists; nullptr otherwise (stats of an unused device are zeros).
+gpumem::gpu_pool* existing_pool(int device) {
+  if (device < 0) device = current_device();
+  if (device >= max_devices) return nullptr;
+  return reg().pools[device].load(std::memory_order_acquire);
+}
+
+// Which pool owns `p`: the one whose device the pointer lives on.
+gpumem::gpu_pool* pool_of_pointer(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeDevice)
+    return existing_pool(attr.device);
+  (void)cudaGetLastError();
+  return existing_pool(-1);
+}
+
+gpumem::stream_ref to_ref(cudaStream_t s) { return gpumem::from_cuda_stream(s); }
+
+void* allocate(ssize_t size, int device, cudaStream_t stream) {
+  if (size <= 0) return nullptr;
+  scoped_device guard(device);
+  return pool_for(device).allocate(static_cast<std::size_t>(size), gpumem::default_alignment,
+                                   to_ref(stream));
+}
+
+}  // namespace
+
+extern "C" {
+
+// PyTorch's alloc_fn. Throws on failure (see the top of this file); size <= 0 gives nullptr.
+__attribute__((visibility("default"))) void* gpumem_alloc(ssize_t size, int device,
+                                                          cudaStream_t stream) {
+  try {
+    return allocate(size, device, stream);
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "gpumem: unknown error";
+  }
+  // Thrown outside the handler so the message is copied once and the C++ runtime state is simple.
+  throw alloc_failed("gpumem: " + last_error);
+}
+
+// C contract: nullptr on failure (message in gpumem_last_error()), nothing printed.
+__attribute__((visibility("default"))) void* gpumem_alloc_nothrow(ssize_t size, int device,
+                                                                  cudaStream_t stream) noexcept {
+  try {
+    return allocate(size, device, stream);
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "gpumem: unknown error";
+  }
+  return nullptr;
+}
+
+// PyTorch's free_fn (and CuPy's). nullptr / size <= 0: no-op. `stream` is the stream after whose
+// current work the memory is unused (PyTorch passes the allocation stream; record_stream adds more).
+__attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size, int device,
+                                                        cudaStream_t stream) noexcept {
+  if (ptr == nullptr || size <= 0) return;
+  gpumem::gpu_pool* p = existing_pool(device);
+  if (p == nullptr) p = pool_of_pointer(ptr);
+  if (p == nullptr) {
+    last_error = "gpumem_free: no gpumem pool on this device owns the pointer";
+    return;
+  }
+  scoped_device guard(device);
+  p->deallocate(ptr, static_cast<std::size_t>(size), gpumem::default_alignment, to_ref(stream));
+}
+
+// Options for the pools not yet created: "key=value,..." or a flat JSON object. Keys:
+// release_threshold_bytes, max_reserved_bytes, small_max_bytes, min_segment_bytes,
+// address_range_bytes, front_cache_bytes (sizes: bytes, K/M/G/T suffix, or "max"), front_cache,
+// zero_on_free (0/1), upstream (vmm|device|async). Returns 0; -1 if a pool already exists (nothing
+// changed); -2 if the text is wrong (nothing changed). Details in gpumem_last_error().
+__attribute__((visibility("default"))) int gpumem_configure(const char* config) noexcept {
+  try {
+    registry& r = reg();
+    std::lock_guard lock(r.mutex);
+    if (r.used) {
+      last_error = "gpumem_configure: called after first use; options are fixed once a pool exists";
+      return -1;
+    }
+    read_env_once(r);
+    if (config == nullptr) return 0;
+    if (auto err = apply_config(config, r.options); !err.empty()) {
+      last_error = err;
+      return -2;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return -2;
+  }
+}
+
+// out[6] = live, peak live, reserved, peak reserved, allocations, frees. Zeros for a device with no
+// pool yet. Returns 0, or -1 on error.
+__attribute__((visibility("default"))) int gpumem_stats(int device, std::size_t out[6]) noexcept {
+  try {
+    for (int i = 0; i < 6; ++i) out[i] = 0;
+    gpumem::gpu_pool* p = existing_pool(device);
+    if (p == nullptr) return 0;
+    const gpumem::pool_stats s = p->stats();
+    out[0] = s.live_bytes;
+    out[1] = s.peak_live_bytes;
+    out[2] = s.reserved_bytes;
+    out[3] = s.peak_reserved_bytes;
+    out[4] = static_cast<std::size_t>(s.allocations);
+    out[5] = static_cast<std::size_t>(s.deallocations);
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return -1;
+  }
+}
+
+// Hands back everything cached on `device` (-1: the current one). Returns 0, or -1 on error.
+__attribute__((visibility("default"))) int gpumem_trim(int device) noexcept {
+  try {
+    gpumem::gpu_pool* p = existing_pool(device);
+    if (p == nullptr) return 0;
+    scoped_device guard(device);
+    p->trim();
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return -1;
+  }
+}
+
+// Every device's pool: the shape of PyTorch's reset_fn (torch.cuda.empty_cache()).
+__attribute__((visibility("default"))) void gpumem_trim_all() noexcept {
+  for (int d = 0; d < max_devices; ++d) {
+    if (existing_pool(d) != nullptr) (void)gpumem_trim(d);
+  }
+}
+
+// PyTorch's Tensor.record_stream: `ptr` is also used on `s`; its memory is reused only after the
+// work enqueued on `s` before the free. The shape of PyTorch's record_stream_fn.
+__attribute__((visibility("default"))) void gpumem_record_stream(void* ptr, cudaStream_t s) noexcept {
+  last_error.clear();   // so Python can tell this call's failure from an older one
+  if (ptr == nullptr) return;
+  try {
+    gpumem::gpu_pool* p = pool_of_pointer(ptr);
+    if (p == nullptr) {
+      last_error = "gpumem_record_stream: no gpumem pool owns the pointer";
+      return;
+    }
+    p->pool().record_use(ptr, to_ref(s));
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  }
+}
+
+__attribute__((visibility("default"))) int gpumem_reset_peaks(int device) noexcept {
+  try {
+    if (gpumem::gpu_pool* p = existing_pool(device)) p->pool().reset_peaks();
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return -1;
+  }
+}
+
+// The calling thread's last failure, "" if none. Valid until the thread's next gpumem call.
+__attribute__((visibility("default"))) const char* gpumem_last_error() noexcept {
+  return last_error.c_str();
+}
+
+}  // extern "C"
