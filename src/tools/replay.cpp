@@ -4,6 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpumem/replay.hpp"
+#ifdef GPUMEM_HAVE_CUDA
+#include "gpumem/cuda/replay_targets.hpp"
+#endif
 #include "tools/byte_size.hpp"
 #include "tools/command.hpp"
 #include "tools/progress.hpp"
@@ -49,8 +52,6 @@ nlohmann::json to_json(const replay_result& r) {
 int run(const replay_args& a) {
   replay_options base;
   base.capacity_bytes = parse_byte_size(a.capacity);
-  if (!a.simulate)
-    throw std::invalid_argument("replay on the GPU is not part of this build's CLI yet: use --simulate");
   bool any_failed = false;
   if (!a.json)
     fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8} {:>9} {:>7}{}\n", "trace", "resource", "ops",
@@ -89,6 +90,9 @@ int run(const replay_args& a) {
 const registrar reg{command{
     "replay", "Replay allocation traces (RMM log CSV, plain or .gz) through a resource and measure it",
     [](CLI::App& sub, int& exit_code) {
+#ifdef GPUMEM_HAVE_CUDA
+      register_gpu_replay_targets();  // gpu-pool, gpu-pool-segments, cuda-malloc-async
+#endif
       auto args = std::make_shared<replay_args>();
       sub.add_option("traces", args->traces, "trace files")->required()->check(CLI::ExistingFile);
       std::string names;
@@ -96,7 +100,9 @@ const registrar reg{command{
       sub.add_option("--resource", args->resources, "resource(s), comma separated: " + names)
           ->delimiter(',')
           ->capture_default_str();
-      sub.add_flag("--simulate", args->simulate, "replay on the simulated device (the default)");
+      sub.add_flag("--simulate", args->simulate,
+                   "accepted for clarity: pool, pool-segments, exact and malloc run on the simulated device; "
+                   "gpu-pool, gpu-pool-segments and cuda-malloc-async on the GPU");
       sub.add_option("--capacity", args->capacity, "device capacity, e.g. 80G")->capture_default_str();
       sub.add_flag("--json", args->json, "one JSON object per trace and resource, each on its own line");
       sub.add_option("--passes", args->passes, "replay each trace this many times back to back on one resource (a soak)")
