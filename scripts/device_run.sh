@@ -21,9 +21,16 @@ GPUMEM_STRESS_BLOCKS=2000 timeout 60 "$CS" --tool racecheck ./gpumem_gpu_tests \
   --gtest_filter='IntegrityStress.VmmUpstream*:PoolOnGpu/2.*' >> "$O/sanitizer.log" 2>&1
 echo "racecheck rc=$?" >> "$O/sanitizer.log"
 timeout 40 ./gpumem bench-hierarchy > "$O/hierarchy.txt" 2>&1; echo "rc=$?" >> "$O/hierarchy.txt"
+# Fragmentation on the GPU: the shared traces (carried beside the binaries) through gpumem's pool and
+# through cudaMallocAsync, as each counts its own reserved memory.
+if [ -d traces ]; then
+  timeout 60 ./gpumem replay traces/*.csv.gz --resource gpu-pool,cuda-malloc-async --json > "$O/replay_gpu.jsonl" 2>&1
+  echo "replay rc=$?" >> "$O/replay_gpu.jsonl"
+fi
 echo "== summary"
 grep -E "tests ran|PASSED|FAILED" "$O/gpu_tests.log" | tail -4
 grep -E "stress\]|PASSED|FAILED" "$O/stress.log" | tail -6
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=" "$O/sanitizer.log"
 tail -25 "$O/hierarchy.txt"
 head -30 "$O/info.txt"
+cat "$O/replay_gpu.jsonl" 2>/dev/null
