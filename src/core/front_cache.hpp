@@ -70,6 +70,8 @@ class front_cache {
   std::vector<stream_bins> streams;
   std::size_t live_bytes = 0;      // exact, under `lock`
   std::ptrdiff_t unpublished = 0;  // live bytes not yet added to the pool's shared counter
+  std::size_t peak_live = 0;       // this front's own peak: the pool's, while it is the only one
+  std::uint64_t hits = 0, fast_frees = 0;  // served / taken back without the pool's lock
 
   stream_bins& bins_for(stream_ref s) {
     if (last_ < streams.size() && streams[last_].stream == s) return streams[last_];

@@ -59,7 +59,6 @@ struct pool::impl {
   pool_stats st;                               // slow-path counters, under m
   std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
   std::atomic<std::size_t> shared_peak{0};
-  std::atomic<std::uint64_t> fast_allocs{0}, fast_frees{0};
   // Arena bytes a thread has taken out of its front cache and not yet given back under m.
   std::atomic<std::size_t> in_transit_bytes{0};
 
@@ -101,6 +100,7 @@ struct pool::impl {
     detail::front_cache* fc;
     {
       std::lock_guard lock(m);
+      if (fronts.size() == 1) start_sharing();
       fronts.push_back(std::make_unique<detail::front_cache>());
       fc = fronts.back().get();
       front_count.fetch_add(1, std::memory_order_relaxed);
@@ -114,18 +114,37 @@ struct pool::impl {
     return *fc;
   }
 
-  // Adds a front cache's change of live bytes to the shared figure (exact with one thread).
+  // Accounts a front cache's change of live bytes (already applied to fc.live_bytes), under its
+  // lock. With one front cache its own figures are the pool's: no shared write at all. With
+  // several, each publishes to the shared figure in steps of publish_quantum.
   void account(detail::front_cache& fc, std::ptrdiff_t delta) {
+    if (fc.live_bytes > fc.peak_live) fc.peak_live = fc.live_bytes;
+    if (front_count.load(std::memory_order_relaxed) <= 1) return;
     fc.unpublished += delta;
-    if (front_count.load(std::memory_order_relaxed) > 1 && fc.unpublished < publish_quantum &&
-        fc.unpublished > -publish_quantum)
-      return;
+    if (fc.unpublished < publish_quantum && fc.unpublished > -publish_quantum) return;
+    publish(fc);
+  }
+  void publish(detail::front_cache& fc) {
     const std::ptrdiff_t now = shared_live.fetch_add(fc.unpublished, std::memory_order_relaxed) + fc.unpublished;
     fc.unpublished = 0;
+    raise_peak(now > 0 ? static_cast<std::size_t>(now) : 0);
+  }
+  void raise_peak(std::size_t v) {
     std::size_t peak = shared_peak.load(std::memory_order_relaxed);
-    while (now > 0 && static_cast<std::size_t>(now) > peak &&
-           !shared_peak.compare_exchange_weak(peak, static_cast<std::size_t>(now), std::memory_order_relaxed)) {
+    while (v > peak && !shared_peak.compare_exchange_weak(peak, v, std::memory_order_relaxed)) {
     }
+  }
+  // Under m, when a second front cache appears: the first one's exact figures become the shared
+  // starting point.
+  void start_sharing() {
+    std::size_t live = 0;
+    for (auto& f : fronts) {
+      std::lock_guard flock(f->lock);
+      live += f->live_bytes;
+      raise_peak(f->peak_live);
+      f->unpublished = 0;
+    }
+    shared_live.store(static_cast<std::ptrdiff_t>(live), std::memory_order_relaxed);
   }
 
   void note_reserved() {
@@ -316,7 +335,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
       fc.live.insert(c.addr, e);
       fc.live_bytes += bytes;
       p.account(fc, static_cast<std::ptrdiff_t>(bytes));
-      p.fast_allocs.fetch_add(1, std::memory_order_relaxed);
+      ++fc.hits;
       return reinterpret_cast<void*>(c.addr);
     }
   }
@@ -381,7 +400,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
       ok = remove(fc, le, e);
       if (ok && p.bins_enabled && !e.used_elsewhere) {
         if (fc.push(s, {a, e.block_bytes, e.sl}, p.opts.front_cache_bytes, max_per_bin)) {
-          p.fast_frees.fetch_add(1, std::memory_order_relaxed);
+          ++fc.fast_frees;
           return;
         }
       }
@@ -455,12 +474,19 @@ pool_stats pool::stats() const {
   pool_stats s = p.st;
   s.live_bytes = p.exact_live();
   s.peak_live_bytes = std::max(p.shared_peak.load(std::memory_order_relaxed), s.live_bytes);
+  std::uint64_t hits = 0, fast_frees = 0;
+  for (const auto& f : p.fronts) {
+    std::lock_guard flock(f->lock);
+    if (p.fronts.size() == 1) s.peak_live_bytes = std::max(s.peak_live_bytes, f->peak_live);
+    hits += f->hits;
+    fast_frees += f->fast_frees;
+  }
   s.reserved_bytes = p.arena.reserved_bytes();
   s.cached_bytes = s.reserved_bytes > s.live_bytes ? s.reserved_bytes - s.live_bytes : 0;
   s.largest_free_block_bytes = p.arena.largest_free_block();
-  s.front_hits = p.fast_allocs.load(std::memory_order_relaxed);
+  s.front_hits = hits;
   s.allocations += s.front_hits;
-  s.deallocations += p.fast_frees.load(std::memory_order_relaxed);
+  s.deallocations += fast_frees;
   s.upstream_calls = p.arena.upstream_calls();
   s.upstream_releases = p.arena.upstream_releases();
   s.maps = p.arena.maps();
@@ -474,6 +500,10 @@ void pool::reset_peaks() {
   std::lock_guard lock(p.m);
   const std::size_t live = p.exact_live();
   p.shared_peak.store(live, std::memory_order_relaxed);
+  for (auto& f : p.fronts) {
+    std::lock_guard flock(f->lock);
+    f->peak_live = f->live_bytes;
+  }
   p.st.peak_live_bytes = live;
   p.st.peak_reserved_bytes = p.arena.reserved_bytes();
 }
