@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/front_lock.hpp"
 #include "core/pointer_map.hpp"
 #include "core/size_class.hpp"
 #include "gpumem/core.hpp"
@@ -31,20 +32,6 @@ struct live_entry {
   bool used_elsewhere = false;  // record_use named another stream: never cached in a bin
   stream_ref stream = 0;        // the allocating stream
   slab* sl = nullptr;           // the slot's slab; nullptr: an arena block of align_up(bytes, 256)
-};
-
-// A lock one thread takes on every operation and others only now and then: one atomic exchange
-// when uncontended.
-class spin_lock {
- public:
-  void lock() noexcept {
-    while (flag_.exchange(true, std::memory_order_acquire))
-      while (flag_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
-  }
-  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> flag_{false};
 };
 
 struct cached_block {
@@ -65,7 +52,7 @@ inline std::size_t bin_of(std::size_t size) noexcept { return size_class_of(size
 
 class front_cache {
  public:
-  spin_lock lock;
+  front_lock lock;  // see front_lock.hpp: cheap for the owning thread
   pointer_map<live_entry> live;
   std::vector<stream_bins> streams;
   std::size_t live_bytes = 0;      // exact, under `lock`

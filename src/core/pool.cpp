@@ -39,14 +39,18 @@ struct tls_front {
   std::uint64_t pool_id;
   detail::front_cache* fc;
 };
-thread_local tls_front tls_last{0, nullptr};
-thread_local std::vector<tls_front> tls_fronts;
+// initial-exec: the fast path reads these on every call; the general TLS model would cost a
+// __tls_get_addr call each time in position-independent code. They are small, so even a library
+// loaded with dlopen fits in the static TLS reserve.
+__attribute__((tls_model("initial-exec"))) thread_local tls_front tls_last{0, nullptr};
+__attribute__((tls_model("initial-exec"))) thread_local std::vector<tls_front> tls_fronts;
 }  // namespace
 
 struct pool::impl {
   pool_options opts;
   upstream& up;
   ordering& ord;
+  const std::size_t granule;  // the upstream's, asked once: checked on every allocate
   const std::uint64_t id;
   const bool bins_enabled;
   mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
@@ -66,6 +70,7 @@ struct pool::impl {
       : opts(op),
         up(u),
         ord(o),
+        granule(u.granularity()),
         id(next_pool_id.fetch_add(1)),
         bins_enabled(op.front_cache),
         clock(o),
@@ -312,10 +317,10 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   if (!is_power_of_two(alignment))
     throw std::invalid_argument(fmt::format("gpumem::pool::allocate: alignment {} is not a power of two", alignment));
   impl& p = *impl_;
-  if (alignment > p.up.granularity())
+  if (alignment > p.granule)
     throw std::invalid_argument(fmt::format("gpumem::pool::allocate: alignment {} is over the {} B granule, the most "
                                             "the pool honours",
-                                            alignment, p.up.granularity()));
+                                            alignment, p.granule));
   if (bytes > absurd_bytes)
     throw std::invalid_argument(
         fmt::format("gpumem::pool::allocate: {} bytes is not a plausible request (over 2^47)", bytes));
@@ -327,7 +332,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
 
   detail::front_cache& fc = p.my_front();
   if (p.bins_enabled) {
-    std::lock_guard flock(fc.lock);
+    detail::front_guard flock(fc.lock, true);
     if (detail::cached_block c = fc.pop(s, size, alignment); c.addr) {
       detail::live_entry e = entry;
       e.sl = c.sl;
@@ -348,7 +353,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   ++p.st.allocations;
   p.note_reserved();
   // Into the caller's table before the pool's lock goes, so no one sees the block in no one's hands.
-  std::lock_guard flock(fc.lock);
+  detail::front_guard flock(fc.lock, p.bins_enabled);
   detail::live_entry e = entry;
   e.sl = sl;
   e.block_bytes = sl ? sl->slot_bytes : size;
@@ -393,7 +398,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   bool found = false, ok = false;
   bool in_own_front = false;
   {
-    std::lock_guard flock(fc.lock);
+    detail::front_guard flock(fc.lock, p.bins_enabled);
     if (detail::live_entry* le = fc.live.find(a)) {
       found = true;
       in_own_front = true;

@@ -1,0 +1,85 @@
+#pragma once
+// The front cache's lock: nearly free for the thread that owns the front cache, costly for any
+// other thread. The owner takes it on every allocate and free; other threads take it only on slow
+// paths (a free of another thread's block, flushing caches under memory pressure, statistics).
+//
+// An asymmetric Dekker lock: the owner announces itself with a plain store and checks for a
+// foreign claim with a plain load — no atomic read-modify-write, no fence. A foreign thread
+// publishes its claim and then runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes
+// every running thread of the process execute a full memory barrier: after it, either the owner's
+// announcement is visible (the foreign thread waits for it to leave) or the owner will see the
+// claim (and backs off to the foreign path). Where the kernel lacks membarrier, both sides fall
+// back to an exchange-based lock.
+#include <atomic>
+#include <mutex>
+
+namespace gpumem::detail {
+
+// True once the process is registered for expedited private membarriers (checked once).
+bool asymmetric_fence_available() noexcept;
+// The heavy side of the asymmetric fence. Only called when asymmetric_fence_available().
+void heavy_fence() noexcept;
+
+class front_lock {
+ public:
+  // Owner side. Returns with the lock held.
+  void owner_lock() noexcept {
+    if (asymmetric_) {
+      owner_in_.store(true, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the store before the load
+      if (!foreign_.load(std::memory_order_acquire)) return;
+      owner_in_.store(false, std::memory_order_release);
+    }
+    lock();  // a foreign thread holds or wants it: queue like one
+    owner_took_slow_ = true;
+  }
+  void owner_unlock() noexcept {
+    if (owner_took_slow_) {
+      owner_took_slow_ = false;
+      unlock();
+      return;
+    }
+    owner_in_.store(false, std::memory_order_release);
+  }
+
+  // Foreign side (and the fallback).
+  void lock() noexcept {
+    m_.lock();
+    if (asymmetric_) {
+      foreign_.store(true, std::memory_order_relaxed);
+      heavy_fence();
+      while (owner_in_.load(std::memory_order_acquire)) __builtin_ia32_pause();
+    }
+  }
+  void unlock() noexcept {
+    if (asymmetric_) foreign_.store(false, std::memory_order_release);
+    m_.unlock();
+  }
+
+ private:
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer cannot see membarrier's ordering: take the plain lock so it checks the rest.
+  const bool asymmetric_ = false;
+#else
+  const bool asymmetric_ = asymmetric_fence_available();
+#endif
+  std::atomic<bool> owner_in_{false};
+  std::atomic<bool> foreign_{false};
+  bool owner_took_slow_ = false;  // touched only by the owner thread
+  std::mutex m_;
+};
+
+// RAII: the owner side when `owner` (the calling thread owns the front cache), else the foreign one.
+class front_guard {
+ public:
+  front_guard(front_lock& l, bool owner) noexcept : l_(l), owner_(owner) { owner_ ? l_.owner_lock() : l_.lock(); }
+  ~front_guard() { owner_ ? l_.owner_unlock() : l_.unlock(); }
+  front_guard(const front_guard&) = delete;
+  front_guard& operator=(const front_guard&) = delete;
+
+ private:
+  front_lock& l_;
+  bool owner_;
+};
+
+}  // namespace gpumem::detail
