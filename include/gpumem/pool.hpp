@@ -33,7 +33,7 @@ struct pool_options {
   bool front_cache = true;
   // Most bytes one thread's front cache keeps for one stream before it hands blocks back. Large
   // is safe: front caches are flushed before the pool grows, so caching never adds reserved memory.
-  std::size_t front_cache_bytes = std::size_t{1024} << 20;
+  std::size_t front_cache_bytes = std::size_t{32} << 20;
   // Freed memory is zeroed before another user can get it (multi-tenant services). Needs an
   // upstream that can fill memory; a no-op on the simulator, which has none.
   bool zero_on_free = false;

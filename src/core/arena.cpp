@@ -179,13 +179,14 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
   // by address may need a granule that cannot be had while a placement at the top of the mapped
   // range (where the last granule is partly mapped, and where the granules the best fit would
   // have pinned stay idle for harvesting) can: when mapping fails, try the top block once.
+  std::uintptr_t start = align_up(it->first, alignment);
+  if (virtual_) choose_placement(it, start, size, alignment);
   for (bool tried_top = false;; tried_top = true) {
     const state was = it->second.st;
     const stream_ref owner = it->second.stream;
     const std::uint64_t seq = it->second.seq;
     const std::uint32_t segment = it->second.segment;
     index_erase(it);
-    std::uintptr_t start = align_up(it->first, alignment);
     if (start != it->first) {
       std::size_t pad = start - it->first;
       std::size_t rest = it->second.size - pad;
@@ -213,6 +214,7 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
         if (!tried_top && top->second.st == state::ready && top_start != start &&
             top->first + top->second.size == range_base_ + range_bytes_ && top->second.size >= size + (top_start - top->first)) {
           it = top;
+          start = top_start;
           continue;
         }
         return 0;
@@ -221,6 +223,38 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
     }
     allocated_ += size;
     return start;
+  }
+}
+
+std::size_t arena::unmapped_granules(std::uintptr_t a, std::size_t n) const {
+  std::size_t count = 0;
+  for (std::size_t g = (a - range_base_) / granule_; range_base_ + g * granule_ < a + n; ++g)
+    count += granule_handle_[g].value == 0;
+  return count;
+}
+
+// Best fit chooses the hole; this chooses where in it, and among the next few holes of its size
+// class, the block goes: the place that needs the fewest granules mapped. Putting a block against
+// a live neighbour shares that neighbour's partly used granule instead of starting a new one;
+// it can only lower the granules a request maps (design notes).
+void arena::choose_placement(block_map::iterator& it, std::uintptr_t& start, std::size_t size, std::size_t alignment) {
+  free_index& idx = index_of(it->second);
+  auto c = idx.find({it->second.size, it->first});
+  std::size_t best_cost = SIZE_MAX;
+  for (int k = 0; c != idx.end() && k < 4; ++c, ++k) {
+    const std::uintptr_t lo = c->second, hi = c->second + c->first;
+    const std::uintptr_t first = align_up(lo, alignment);
+    if (first + size > hi) continue;
+    const std::uintptr_t last = (hi - size) & ~static_cast<std::uintptr_t>(alignment - 1);
+    for (std::uintptr_t at : {first, last}) {
+      const std::size_t cost = unmapped_granules(at, size);
+      if (cost < best_cost) {
+        best_cost = cost;
+        start = at;
+        it = blocks_.find(c->second);
+      }
+      if (cost == 0) return;
+    }
   }
 }
 

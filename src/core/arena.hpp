@@ -102,6 +102,8 @@ class arena {
   bool ensure_mapped(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why);
   bool take_physical(std::size_t count, bool may_grow, std::vector<physical_handle>& got, std::string* why);
   void add_busy(std::uintptr_t a, std::size_t n, bool add);
+  std::size_t unmapped_granules(std::uintptr_t a, std::size_t n) const;
+  void choose_placement(block_map::iterator& it, std::uintptr_t& start, std::size_t size, std::size_t alignment);
   void harvest_one(std::size_t granule, std::vector<physical_handle>& into);
   void make_free(block_map::iterator it);  // a block entering owned/ready: index + coalesce
 
