@@ -70,6 +70,16 @@ struct replay_target {
 using replay_target_factory = std::function<std::unique_ptr<replay_target>(const replay_options&)>;
 void register_replay_target(const std::string& name, replay_target_factory make);
 
+// A trace's pointers resolved to dense slots before any clock starts, so a replay loop indexes a
+// vector instead of hashing addresses: slot_of[i] is row i's slot (no_slot for rows without one: an
+// `allocate failure`, or a free of a pointer the trace never allocated).
+struct trace_slots {
+  static constexpr std::uint32_t no_slot = UINT32_MAX;
+  std::vector<std::uint32_t> slot_of;
+  std::uint32_t count = 0;  // slots needed at once: the most blocks live together
+};
+trace_slots resolve_slots(const trace& t);
+
 // Throws std::invalid_argument for an unknown resource name.
 replay_result replay(const trace& t, const replay_options& opts);
 

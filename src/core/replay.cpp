@@ -99,6 +99,34 @@ std::unique_ptr<target> make_target(const replay_options& o) {
 
 }  // namespace
 
+trace_slots resolve_slots(const trace& t) {
+  trace_slots out;
+  out.slot_of.assign(t.records.size(), trace_slots::no_slot);
+  std::unordered_map<std::uint64_t, std::uint32_t> open;
+  std::vector<std::uint32_t> free_slots;
+  for (std::size_t i = 0; i < t.records.size(); ++i) {
+    const trace_record& rec = t.records[i];
+    if (rec.action == trace_action::allocate) {
+      std::uint32_t k;
+      if (!free_slots.empty()) {
+        k = free_slots.back();
+        free_slots.pop_back();
+      } else {
+        k = out.count++;
+      }
+      open[rec.pointer] = k;
+      out.slot_of[i] = k;
+    } else if (rec.action == trace_action::free) {
+      auto it = open.find(rec.pointer);
+      if (it == open.end()) continue;  // read_trace validated it; a hand-built trace may not be
+      out.slot_of[i] = it->second;
+      free_slots.push_back(it->second);
+      open.erase(it);
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> replay_resources() {
   std::vector<std::string> names{"pool", "pool-segments", "exact", "malloc"};
   std::lock_guard lock(registry_mutex);
@@ -122,37 +150,11 @@ replay_result replay(const trace& t, const replay_options& opts) {
   r.trace = t.name;
   r.resource = opts.resource;
 
-  // Resolve the trace's pointers to dense slots before the clock starts: the loop then measures
-  // the resource, not a hash map of the trace's addresses.
   const std::uint64_t total = t.records.size();
-  std::vector<std::uint32_t> slot_of(total, UINT32_MAX);
-  std::uint32_t slots = 0;
-  {
-    std::unordered_map<std::uint64_t, std::uint32_t> open;
-    std::vector<std::uint32_t> free_slots;
-    for (std::uint64_t i = 0; i < total; ++i) {
-      const trace_record& rec = t.records[i];
-      if (rec.action == trace_action::allocate) {
-        std::uint32_t k;
-        if (!free_slots.empty()) {
-          k = free_slots.back();
-          free_slots.pop_back();
-        } else {
-          k = slots++;
-        }
-        open[rec.pointer] = k;
-        slot_of[i] = k;
-      } else if (rec.action == trace_action::free) {
-        auto it = open.find(rec.pointer);
-        if (it == open.end()) continue;  // read_trace validated it; a hand-built trace may not be
-        slot_of[i] = it->second;
-        free_slots.push_back(it->second);
-        open.erase(it);
-      }
-    }
-  }
+  const trace_slots slots = resolve_slots(t);
+  const std::vector<std::uint32_t>& slot_of = slots.slot_of;
   struct live_block { void* ptr = nullptr; std::size_t bytes = 0; bool live = false; };
-  std::vector<live_block> live(slots);
+  std::vector<live_block> live(slots.count);
 
   const bool instrumented = opts.timeline_points > 0 || opts.segment_map_at_peak;
   const std::uint64_t stride = opts.timeline_points ? std::max<std::uint64_t>(1, total / opts.timeline_points) : 0;
@@ -176,7 +178,7 @@ replay_result replay(const trace& t, const replay_options& opts) {
         break;
       }
       case trace_action::free: {
-        if (slot_of[i] == UINT32_MAX) break;
+        if (slot_of[i] == trace_slots::no_slot) break;
         live_block& b = live[slot_of[i]];
         if (b.ptr) tgt->deallocate(b.ptr, b.bytes, tgt->stream_for(rec.stream));
         live_bytes -= b.bytes;

@@ -355,9 +355,7 @@ namespace {
 double replay_generic(bench_allocator& a, const trace& t, const bench_config& c, int& reps,
                       std::uint64_t& ops) {
   const std::size_t total = t.records.size();
-  std::vector<std::uint32_t> slot_of(total, UINT32_MAX);
   std::vector<stream_ref> stream_of(total, 0);
-  std::uint32_t slots = 0;
   std::unordered_map<std::uint64_t, stream_ref> streams;  // the trace's stream -> ours; 0 -> 0
   struct stream_guard {
     bench_allocator& a;
@@ -368,33 +366,14 @@ double replay_generic(bench_allocator& a, const trace& t, const bench_config& c,
         if (s) a.destroy_stream(s);
     }
   } guard{a, streams};
-  {
-    std::unordered_map<std::uint64_t, std::uint32_t> open;
-    std::vector<std::uint32_t> free_slots;
-    for (std::size_t i = 0; i < total; ++i) {
-      const trace_record& rec = t.records[i];
-      auto [it, fresh] = streams.try_emplace(rec.stream, 0);
-      if (fresh && rec.stream != 0) it->second = a.create_stream();
-      stream_of[i] = it->second;
-      if (rec.action == trace_action::allocate) {
-        std::uint32_t k;
-        if (!free_slots.empty()) {
-          k = free_slots.back();
-          free_slots.pop_back();
-        } else {
-          k = slots++;
-        }
-        open[rec.pointer] = k;
-        slot_of[i] = k;
-      } else if (rec.action == trace_action::free) {
-        auto f = open.find(rec.pointer);
-        if (f == open.end()) continue;
-        slot_of[i] = f->second;
-        free_slots.push_back(f->second);
-        open.erase(f);
-      }
-    }
+  for (std::size_t i = 0; i < total; ++i) {
+    auto [it, fresh] = streams.try_emplace(t.records[i].stream, 0);
+    if (fresh && t.records[i].stream != 0) it->second = a.create_stream();
+    stream_of[i] = it->second;
   }
+  const trace_slots resolved = resolve_slots(t);
+  const std::vector<std::uint32_t>& slot_of = resolved.slot_of;
+  const std::uint32_t slots = resolved.count;
   struct slot { void* p = nullptr; std::size_t bytes = 0; stream_ref s = 0; };
   std::vector<double> samples;
   for (int r = 0; r < c.reps; ++r) {
@@ -405,7 +384,7 @@ double replay_generic(bench_allocator& a, const trace& t, const bench_config& c,
     try {
       for (std::size_t i = 0; i < total; ++i) {
         const trace_record& rec = t.records[i];
-        if (slot_of[i] == UINT32_MAX) continue;
+        if (slot_of[i] == trace_slots::no_slot) continue;
         slot& b = live[slot_of[i]];
         if (rec.action == trace_action::allocate) {
           b = {a.alloc(rec.size, stream_of[i]), rec.size, stream_of[i]};
