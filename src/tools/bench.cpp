@@ -16,6 +16,7 @@
 #include "tools/bench_allocators.hpp"
 #include "tools/bench_patterns.hpp"
 #include "tools/command.hpp"
+#include "tools/progress.hpp"
 
 #if GPUMEM_HAVE_CUDA
 #include "gpumem/cuda/availability.hpp"
@@ -178,6 +179,11 @@ int run_bench(const bench_args& args) {
   bench_config cfg;
   cfg.reps = args.reps;
   std::vector<bench_result> results;
+  // Progress on a terminal: one step per (allocator, pattern).
+  const int patterns_run = all ? 4 : 1;
+  const std::uint64_t steps = makers.size() * static_cast<std::uint64_t>(patterns_run);
+  std::uint64_t done = 0;
+  progress_bar bar("bench", "steps");
   for (const auto& m : makers) {
     if (!args.json) fmt::print(stderr, "gpumem bench: {}...\n", m.name);
     std::vector<bench_result> got;
@@ -189,6 +195,7 @@ int run_bench(const bench_args& args) {
           got.push_back(std::move(r));
         }
         std::fflush(stdout);
+        bar(++done, steps);
       };
       if (all || args.pattern == "pair") add(bench_pair(*a, cfg));
       if (all || args.pattern == "churn") add(bench_churn(*a, cfg));
@@ -199,6 +206,7 @@ int run_bench(const bench_args& args) {
     }
     results.insert(results.end(), got.begin(), got.end());
   }
+  bar.finish();
   if (!args.json) {
     fmt::print("gpumem bench on {} (host time; {} CPU threads)\n",
                on_gpu ? "the GPU" : "the simulated device", std::thread::hardware_concurrency());

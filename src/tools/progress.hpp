@@ -12,7 +12,8 @@ namespace gpumem::tools {
 
 class progress_bar {
  public:
-  explicit progress_bar(std::string label) : label_(std::move(label)), on_(isatty(STDERR_FILENO) == 1) {}
+  explicit progress_bar(std::string label, std::string unit = "rows")
+      : label_(std::move(label)), unit_(std::move(unit)), on_(isatty(STDERR_FILENO) == 1) {}
   ~progress_bar() { finish(); }
   void operator()(std::uint64_t done, std::uint64_t total) {
     if (!on_ || total == 0) return;
@@ -24,9 +25,9 @@ class progress_bar {
     const double eta = rate > 0 ? double(total - done) / rate : 0.0;
     const int width = 30;
     const int filled = static_cast<int>(double(width) * double(done) / double(total));
-    std::fprintf(stderr, "\r%s [%.*s%*s] %llu/%llu rows  %.0f rows/s  ETA %.1fs ", label_.c_str(), filled,
+    std::fprintf(stderr, "\r%s [%.*s%*s] %llu/%llu %s  %.1f %s/s  ETA %.1fs ", label_.c_str(), filled,
                  "##############################", width - filled, "", static_cast<unsigned long long>(done),
-                 static_cast<unsigned long long>(total), rate, eta);
+                 static_cast<unsigned long long>(total), unit_.c_str(), rate, unit_.c_str(), eta);
     drawn_ = true;
   }
   void finish() {
@@ -36,6 +37,7 @@ class progress_bar {
 
  private:
   std::string label_;
+  std::string unit_;
   bool on_;
   bool drawn_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
