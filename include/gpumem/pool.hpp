@@ -17,8 +17,10 @@
 namespace gpumem {
 
 struct pool_options {
-  // Requests up to this size come from slabs carved into slots of their size class.
-  std::size_t small_max_bytes = std::size_t{64} << 10;
+  // Requests up to this size come from slabs carved into slots of their size class (at most 1 MiB).
+  // Measured on the shared traces: 64 KiB, 256 KiB and 1 MiB give the same fragmentation (within
+  // 0.003); 1 MiB lets the front caches reuse mid-size blocks by class, not only by exact size.
+  std::size_t small_max_bytes = std::size_t{1} << 20;
   // Plain upstreams: the least a new segment asks for.
   std::size_t min_segment_bytes = std::size_t{2} << 20;
   // Cached bytes above this are given back to the upstream at once (virtual upstreams unmap whole

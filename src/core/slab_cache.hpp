@@ -75,10 +75,13 @@ class slab_cache {
   std::size_t slab_bytes_ = 0;  // bytes of all slabs
 };
 
-// Slab size for a class: at least 64 KiB and 8 slots, so a slab amortizes its arena block while
-// a partly used one pins little memory.
+// Slab size for a class: 8 slots, at least 64 KiB (a small slab amortizes its arena block) and at
+// most one 2 MiB granule unless one slot is bigger (a partly used slab of a big class pins little).
 constexpr std::size_t slab_bytes_for(std::size_t slot_bytes) noexcept {
-  const std::size_t want = slot_bytes * 8 > (std::size_t{64} << 10) ? slot_bytes * 8 : (std::size_t{64} << 10);
+  constexpr std::size_t lo = std::size_t{64} << 10, hi = std::size_t{2} << 20;
+  std::size_t want = slot_bytes * 8;
+  if (want < lo) want = lo;
+  if (want > hi) want = hi > slot_bytes ? hi : slot_bytes;
   return (want + class_unit - 1) / class_unit * class_unit;
 }
 
