@@ -521,11 +521,21 @@ void pool::check_invariants() const {
   p.arena.check();
   p.slabs.check();
   auto fail = [](const std::string& what) { throw std::logic_error("pool invariant broken: " + what); };
-  // Every arena byte the pool holds live is a caller's block, a cached block or a slab.
+  // Every arena byte the pool holds live is a caller's block, a cached block or a slab. The front
+  // caches are held all at once: one at a time, a block freed between two visits would be counted
+  // both live (first visit) and in transit (at the end).
+  struct all_fronts {
+    const std::vector<std::unique_ptr<detail::front_cache>>& v;
+    explicit all_fronts(const std::vector<std::unique_ptr<detail::front_cache>>& f) : v(f) {
+      for (const auto& x : v) x->lock.lock();
+    }
+    ~all_fronts() {
+      for (const auto& x : v) x->lock.unlock();
+    }
+  } held(p.fronts);
   std::size_t arena_held = p.slabs.slab_total_bytes();
   std::unordered_set<std::uintptr_t> seen;
   for (const auto& f : p.fronts) {
-    std::lock_guard flock(f->lock);
     std::size_t live = 0;
     f->live.for_each([&](std::uintptr_t a, const detail::live_entry& e) {
       live += e.bytes;
