@@ -70,7 +70,9 @@ void guard::impl::report_unmatched_free(void* p, std::size_t bytes, std::size_t 
   }
   // An interior pointer: inside a live block (canary included) but not its start.
   if (auto next = live.upper_bound(a); next != live.begin()) {
-    const auto& [base, b] = *std::prev(next);
+    // Plain references, not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const auto base = std::prev(next)->first;
+    const auto& b = std::prev(next)->second;
     if (a < base + b.upstream_bytes) {
       send(misuse_kind::unknown_pointer, p, bytes, b.bytes, [&] {
         return fmt::format(
@@ -84,7 +86,8 @@ void guard::impl::report_unmatched_free(void* p, std::size_t bytes, std::size_t 
     }
   }
   if (auto next = freed.upper_bound(a); next != freed.begin()) {
-    const auto& [base, fb] = *std::prev(next);
+    const auto base = std::prev(next)->first;
+    const auto& fb = std::prev(next)->second;
     if (a < base + fb.was.upstream_bytes) {
       send(misuse_kind::unknown_pointer, p, bytes, fb.was.bytes, [&] {
         return fmt::format(

@@ -39,11 +39,11 @@ struct tls_front {
   std::uint64_t pool_id;
   detail::front_cache* fc;
 };
-// initial-exec: the fast path reads these on every call; the general TLS model would cost a
-// __tls_get_addr call each time in position-independent code. They are small, so even a library
-// loaded with dlopen fits in the static TLS reserve.
-__attribute__((tls_model("initial-exec"))) thread_local tls_front tls_last{0, nullptr};
-__attribute__((tls_model("initial-exec"))) thread_local std::vector<tls_front> tls_fronts;
+// Default TLS model on purpose: an executable's linker relaxes it to the cheap local-exec form, and
+// a library loaded with dlopen (the PyTorch plug-in) needs the general one — initial-exec there
+// failed on the H200 machine with "cannot allocate memory in static TLS block".
+thread_local tls_front tls_last{0, nullptr};
+thread_local std::vector<tls_front> tls_fronts;
 }  // namespace
 
 struct pool::impl {

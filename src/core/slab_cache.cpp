@@ -117,7 +117,8 @@ bool slab_cache::is_free_slot(std::uintptr_t addr) const {
     if ((addr - base) % sl->slot_bytes) return false;
     const auto slot = static_cast<std::uint32_t>((addr - base) / sl->slot_bytes);
     if (std::find(sl->free_slots.begin(), sl->free_slots.end(), slot) != sl->free_slots.end()) return true;
-    return std::any_of(waiting_.begin(), waiting_.end(), [&](const waiting_slot& w) { return w.sl == sl.get() && w.slot == slot; });
+    const slab* const here = sl.get();  // clang 14 cannot capture a structured binding
+    return std::any_of(waiting_.begin(), waiting_.end(), [&](const waiting_slot& w) { return w.sl == here && w.slot == slot; });
   }
   return false;
 }
