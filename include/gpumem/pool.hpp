@@ -76,6 +76,11 @@ class pool {
   // work enqueued on every such stream before the free has finished.
   void record_use(void* p, stream_ref s);
 
+  // Call before destroying stream `s`: waits for the work on `s` that the pool's frees depend on,
+  // makes what `s` owned reusable by every stream, and forgets `s`, so the pool never records an
+  // event on it again. Blocks still live keep working; free them on a stream that exists.
+  void release_stream(stream_ref s);
+
   // Hands back everything cached: front caches, empty slabs, free segments / free granules.
   // Waits for pending frees first.
   void trim();

@@ -32,6 +32,9 @@ class sim_device {
   ordering& streams() noexcept;
 
   stream_ref create_stream();
+  // After this, recording on or waiting with `s` is an error (std::logic_error), as on a GPU
+  // where the handle is gone.
+  void destroy_stream(stream_ref s);
   // Everything enqueued on `s` so far has run: events recorded there complete.
   void complete(stream_ref s);
   void complete_all();

@@ -460,6 +460,17 @@ void pool::record_use(void* ptr, stream_ref s) {
   throw std::invalid_argument(fmt::format("gpumem::pool::record_use: {} is not a live allocation of this pool", ptr));
 }
 
+void pool::release_stream(stream_ref s) {
+  impl& p = *impl_;
+  std::lock_guard lock(p.m);
+  p.flush_fronts();        // blocks cached for `s` go back as freed on `s`...
+  p.clock.forget(s);       // ...then one wait covers every free on `s`
+  p.arena.promote();       // what `s` owned is ready for every stream
+  p.slabs.disown(s);
+  p.slabs.promote();
+  for (auto& [a, streams] : p.used_on) std::erase(streams, s);
+}
+
 void pool::trim() {
   impl& p = *impl_;
   std::lock_guard lock(p.m);

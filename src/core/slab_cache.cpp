@@ -90,6 +90,20 @@ void slab_cache::promote() {
   }
 }
 
+void slab_cache::disown(stream_ref s) {
+  if (s == 0) return;
+  for (auto& [base, sl] : slabs_) {
+    if (sl->owner != s) continue;
+    if (sl->listed) {
+      auto& v = partial_[{sl->cls, s}];
+      v.erase(std::find(v.begin(), v.end(), sl.get()));
+      sl->listed = false;
+    }
+    sl->owner = 0;
+    if (!sl->free_slots.empty()) list(sl.get());
+  }
+}
+
 std::size_t slab_cache::release_empty() {
   std::size_t n = 0;
   for (auto it = slabs_.begin(); it != slabs_.end();) {

@@ -43,6 +43,8 @@ class slab_cache {
   void deallocate(slab* sl, std::uintptr_t addr, stream_ref s, const std::vector<stream_ref>& also_on);
   // Slots whose cross-stream frees are done go back to their slabs.
   void promote();
+  // Stream `s` is going away (its work is done): its slabs pass to the default stream.
+  void disown(stream_ref s);
   // Empty slabs go back to the arena; returns how many.
   std::size_t release_empty();
 

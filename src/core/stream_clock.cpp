@@ -41,6 +41,24 @@ bool stream_clock::poll() {
   return moved;
 }
 
+void stream_clock::forget(stream_ref s) {
+  auto it = streams_.find(s);
+  if (it == streams_.end()) return;
+  per_stream& st = it->second;
+  if (st.newest > st.covered && st.newest > st.completed) {
+    // Frees no event covers yet: one last event, waited for at once.
+    const event_ref e = ord_.record(s);
+    ++events_recorded_;
+    ord_.synchronize(e);
+    ord_.release(e);
+  } else if (!st.pending.empty()) {
+    ord_.synchronize(st.pending.back().event);
+  }
+  for (auto& p : st.pending) ord_.release(p.event);
+  pending_count_ -= st.pending.size();
+  streams_.erase(it);
+}
+
 bool stream_clock::wait_all() {
   if (pending_count_ == 0) return false;
   for (auto& [s, st] : streams_) {

@@ -32,11 +32,12 @@ class stream_clock {
   stream_mark note_free(stream_ref s);
   bool met(const stream_mark& m) const {
     auto it = streams_.find(m.stream);
-    return it != streams_.end() && it->second.completed >= m.seq;
+    // A stream no longer tracked was forgotten after a full wait: its marks are met.
+    return it == streams_.end() || it->second.completed >= m.seq;
   }
   std::uint64_t completed(stream_ref s) const {
     auto it = streams_.find(s);
-    return it == streams_.end() ? 0 : it->second.completed;
+    return it == streams_.end() ? UINT64_MAX : it->second.completed;
   }
   // Records an event on every stream with frees no event covers yet (all but `except`, if given).
   void cover_all();
@@ -44,6 +45,9 @@ class stream_clock {
   bool poll();
   // Host-waits for every pending event; true if any mark moved.
   bool wait_all();
+  // Host-waits for everything noted on `s`, then drops `s`: no event is recorded on it again, and
+  // every mark on it counts as met.
+  void forget(stream_ref s);
   std::uint64_t events_recorded() const noexcept { return events_recorded_; }
   bool has_pending() const noexcept { return pending_count_ > 0; }
 

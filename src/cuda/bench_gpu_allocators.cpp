@@ -41,6 +41,10 @@ class gpumem_gpu_allocator final : public gpu_bench_allocator {
     pool_.deallocate(p, bytes, default_alignment, s);
   }
   bool is_gpumem() const override { return true; }
+  void destroy_stream(stream_ref s) override {
+    if (s) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies
+    gpu_bench_allocator::destroy_stream(s);
+  }
 
  private:
   static gpu_pool_options options() {

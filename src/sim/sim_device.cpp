@@ -31,6 +31,7 @@ struct sim_device::state {
   std::uint64_t next_stream = 0x1000;
   struct stream_state { std::uint64_t recorded = 0, done = 0; };
   std::unordered_map<stream_ref, stream_state> streams;
+  std::unordered_map<stream_ref, bool> destroyed;
   struct event_state { stream_ref stream; std::uint64_t position; };
   std::unordered_map<event_ref, event_state> events;
   event_ref next_event = 1;
@@ -178,6 +179,8 @@ class sim_ordering final : public ordering {
   explicit sim_ordering(sim_device::state& s) : s_(s) {}
   event_ref record(stream_ref st) override {
     std::lock_guard lock(s_.m);
+    if (s_.destroyed.count(st))
+      throw std::logic_error(fmt::format("sim: event recorded on stream {:#x} after it was destroyed", st));
     auto& ss = s_.streams[st];
     std::uint64_t pos = ++ss.recorded;
     if (s_.opts.auto_complete) ss.done = pos;
@@ -198,8 +201,10 @@ class sim_ordering final : public ordering {
     auto& ss = s_.streams[ev.stream];
     if (ss.done < ev.position) ss.done = ev.position;
   }
-  void stream_wait(stream_ref, event_ref e) override {
+  void stream_wait(stream_ref st, event_ref e) override {
     std::lock_guard lock(s_.m);
+    if (s_.destroyed.count(st))
+      throw std::logic_error(fmt::format("sim: wait on stream {:#x} after it was destroyed", st));
     find(e);  // the simulator runs no device work: the dependency has nothing to order
   }
   void release(event_ref e) noexcept override {
@@ -233,6 +238,10 @@ stream_ref sim_device::create_stream() {
   state_->next_stream += 0x10;
   state_->streams[s];
   return s;
+}
+void sim_device::destroy_stream(stream_ref s) {
+  std::lock_guard lock(state_->m);
+  state_->destroyed[s] = true;
 }
 void sim_device::complete(stream_ref s) {
   std::lock_guard lock(state_->m);
