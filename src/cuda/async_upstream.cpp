@@ -40,14 +40,4 @@ void async_upstream::free_segment(void* base, std::size_t) noexcept {
                  cudaGetErrorName(rc));
 }
 
-void* async_upstream::reserve_range(std::size_t) { no_virtual_shape(name(), "reserve_range"); }
-std::optional<physical_handle> async_upstream::create_physical(std::size_t) {
-  no_virtual_shape(name(), "create_physical");
-}
-void async_upstream::map(void*, std::size_t, physical_handle) { no_virtual_shape(name(), "map"); }
-
-}  // namespace gpumem
-
-namespace gpumem {
-void async_upstream::zero(void* p, std::size_t bytes, stream_ref s) { cuda_detail::zero_async(p, bytes, s); }
 }  // namespace gpumem

@@ -31,14 +31,4 @@ void device_upstream::free_segment(void* base, std::size_t) noexcept {
                  cudaGetErrorName(rc));
 }
 
-void* device_upstream::reserve_range(std::size_t) { no_virtual_shape(name(), "reserve_range"); }
-std::optional<physical_handle> device_upstream::create_physical(std::size_t) {
-  no_virtual_shape(name(), "create_physical");
-}
-void device_upstream::map(void*, std::size_t, physical_handle) { no_virtual_shape(name(), "map"); }
-
-}  // namespace gpumem
-
-namespace gpumem {
-void device_upstream::zero(void* p, std::size_t bytes, stream_ref s) { cuda_detail::zero_async(p, bytes, s); }
 }  // namespace gpumem

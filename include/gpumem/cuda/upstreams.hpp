@@ -15,18 +15,12 @@
 
 namespace gpumem {
 
-// Plain shape: each segment is one cudaMalloc. cudaFree synchronises the whole device, which is
-// why the pool caches segments instead of giving them back.
-class device_upstream final : public upstream {
+// What the two plain-shape CUDA upstreams share: 2 MiB segments' granularity, zeroing by
+// cudaMemsetAsync, and a clear error for the virtual-shape calls they never get.
+class plain_cuda_upstream : public upstream {
  public:
-  explicit device_upstream(int device = -1);   // -1: the current device
-  std::string name() const override { return "cuda-malloc"; }
   std::size_t granularity() const noexcept override { return default_granularity; }
   bool supports_virtual() const noexcept override { return false; }
-  std::size_t capacity_bytes() const noexcept override { return capacity_; }
-  // nullptr on cudaErrorMemoryAllocation (error cleared); other failures throw cuda_error.
-  void* allocate_segment(std::size_t bytes) override;
-  void free_segment(void* base, std::size_t bytes) noexcept override;
   void* reserve_range(std::size_t) override;
   void release_range(void*, std::size_t) noexcept override {}
   std::optional<physical_handle> create_physical(std::size_t) override;
@@ -35,6 +29,18 @@ class device_upstream final : public upstream {
   void unmap(void*, std::size_t) noexcept override {}
   bool can_zero() const noexcept override { return true; }
   void zero(void* p, std::size_t bytes, stream_ref s) override;  // cudaMemsetAsync
+};
+
+// Plain shape: each segment is one cudaMalloc. cudaFree synchronises the whole device, which is
+// why the pool caches segments instead of giving them back.
+class device_upstream final : public plain_cuda_upstream {
+ public:
+  explicit device_upstream(int device = -1);   // -1: the current device
+  std::string name() const override { return "cuda-malloc"; }
+  std::size_t capacity_bytes() const noexcept override { return capacity_; }
+  // nullptr on cudaErrorMemoryAllocation (error cleared); other failures throw cuda_error.
+  void* allocate_segment(std::size_t bytes) override;
+  void free_segment(void* base, std::size_t bytes) noexcept override;
 
  private:
   int device_ = 0;
@@ -44,24 +50,14 @@ class device_upstream final : public upstream {
 // Plain shape over a cudaMemPool_t: segments come from cudaMallocFromPoolAsync on an internal
 // stream that is synchronised before the segment is handed out (the pool does its own stream
 // ordering; a segment must be usable on any stream at once). Segment calls are the slow path.
-class async_upstream final : public upstream {
+class async_upstream final : public plain_cuda_upstream {
  public:
   explicit async_upstream(async_pool_options opts = {});
   ~async_upstream() override;
   std::string name() const override { return "cuda-mempool"; }
-  std::size_t granularity() const noexcept override { return default_granularity; }
-  bool supports_virtual() const noexcept override { return false; }
   std::size_t capacity_bytes() const noexcept override { return capacity_; }
   void* allocate_segment(std::size_t bytes) override;
   void free_segment(void* base, std::size_t bytes) noexcept override;
-  void* reserve_range(std::size_t) override;
-  void release_range(void*, std::size_t) noexcept override {}
-  std::optional<physical_handle> create_physical(std::size_t) override;
-  void release_physical(physical_handle, std::size_t) noexcept override {}
-  void map(void*, std::size_t, physical_handle) override;
-  void unmap(void*, std::size_t) noexcept override {}
-  bool can_zero() const noexcept override { return true; }
-  void zero(void* p, std::size_t bytes, stream_ref s) override;  // cudaMemsetAsync
 
   async_pool& memory_pool() noexcept { return pool_; }
 
