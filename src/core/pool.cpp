@@ -233,16 +233,21 @@ struct pool::impl {
       a = attempt(true);
     }
     if (!a) {
-      // Last resort: every stream's frees waited for, everything cached handed back.
-      clock.cover_all();
-      clock.wait_all();
-      arena.promote();
-      slabs.promote();
-      slabs.release_empty();
-      arena.release(0);
+      release_all_cached();  // last resort
       a = attempt(true);
     }
     return a;
+  }
+
+  // Under m: every stream's frees waited for, everything the slab cache and arena cache handed
+  // back to the upstream (front caches are the caller's to flush first).
+  void release_all_cached() {
+    clock.cover_all();
+    clock.wait_all();
+    arena.promote();
+    slabs.promote();
+    slabs.release_empty();
+    arena.release(0);
   }
 
   [[noreturn]] void throw_oom(std::size_t bytes, std::size_t alignment, stream_ref s, std::string why) {
@@ -475,12 +480,7 @@ void pool::trim() {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
   p.flush_fronts();
-  p.clock.cover_all();
-  p.clock.wait_all();
-  p.arena.promote();
-  p.slabs.promote();
-  p.slabs.release_empty();
-  p.arena.release(0);
+  p.release_all_cached();
   p.note_reserved();
 }
 
