@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpumem/trace.hpp"
+#include "support/temp_path.hpp"
 
 namespace fs = std::filesystem;
 using gpumem::trace_action;
@@ -23,9 +24,7 @@ constexpr const char* header = "Thread,Time,Action,Pointer,Size,Stream\n";
 class temp_file {
  public:
   explicit temp_file(const std::string& bytes, const std::string& suffix = ".csv") {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            (std::string("gpumem_") + info->name() + "_" + std::to_string(counter_++) + suffix);
+    path_ = gpumem::testing_support::unique_temp_path("trace", suffix);
     std::ofstream(path_, std::ios::binary) << bytes;
   }
   ~temp_file() { fs::remove(path_); }
@@ -33,11 +32,10 @@ class temp_file {
 
  private:
   fs::path path_;
-  static inline int counter_ = 0;
 };
 
 std::string gzip(const std::string& text) {
-  const auto path = fs::temp_directory_path() / "gpumem_gzip_helper.gz";
+  const auto path = gpumem::testing_support::unique_temp_path("gzip_helper", ".gz");
   gzFile f = gzopen(path.string().c_str(), "wb");
   EXPECT_NE(f, nullptr);
   EXPECT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));

@@ -18,6 +18,7 @@
 #include "gpumem/sim_device.hpp"
 #include "gpumem/trace.hpp"
 #include "gpumem/trace_adaptor.hpp"
+#include "support/temp_path.hpp"
 
 namespace gpumem {
 namespace {
@@ -25,9 +26,7 @@ namespace {
 static_assert(resource<trace_adaptor<pool>>);
 
 std::filesystem::path temp_file(const std::string& name) {
-  return std::filesystem::temp_directory_path() /
-         (name + "_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-          std::to_string(reinterpret_cast<std::uintptr_t>(&name)) + ".csv");
+  return testing_support::unique_temp_path(name, ".csv");
 }
 
 // The same pool configuration `replay` uses for resource "pool".
