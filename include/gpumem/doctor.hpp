@@ -25,6 +25,18 @@
 //                         its peak briefly, so its memory could be shared with another job.
 //   hot-allocation-sizes  always, when the trace allocates: the most frequent sizes with their
 //                         share of all allocations. info.
+//   pinned-memory         when a pinned host trace is given (`doctor_options::pinned`: the same
+//                         CSV, as trace_adaptor writes it around pinned_host_resource): its peak
+//                         pinned bytes against the cap pinned_host_resource enforces (default 20% of
+//                         this machine's RAM). Pinned pages are page-locked RAM the OS cannot swap:
+//                         a host that pins too much swaps or OOM-kills. error when peak pinned > cap
+//                         (pinned_host_resource would have refused) or the trace has `allocate
+//                         failure` rows (it did refuse). warning when peak >= 80% of the cap, OR the
+//                         allocations are re-pins: >= 50% of pinned allocations (and >= 8 of them)
+//                         have exactly the size of a pinned block freed earlier (each free matched
+//                         by at most one later allocation): cudaMallocHost/cudaFreeHost cost about
+//                         a millisecond each and synchronize the device, so a loop that pins per
+//                         batch should keep one pinned staging buffer instead. info otherwise.
 // A clean trace (one stream, aligned sizes >= 4 KiB, everything freed, a steady footprint, no
 // failures) gives no finding above info.
 #include <cstdint>
@@ -73,6 +85,9 @@ struct doctor_thresholds {
   double leak_span_warning = 0.50;               // rows between first and last leak / all rows
   double peak_to_average_warning = 4.0;
   std::size_t hot_sizes = 5;                     // how many sizes hot-allocation-sizes lists
+  double pinned_cap_share_warning = 0.80;        // peak pinned / cap
+  double pinned_repin_share_warning = 0.50;      // re-pinned allocations / pinned allocations
+  std::uint64_t pinned_repin_count_warning = 8;  // and at least this many re-pins
 };
 
 // The replay engine the fragmentation finding uses (gpumem::replay in the tool).
@@ -84,6 +99,12 @@ struct doctor_options {
   replay_fn replayer;
   // Base options for both replays; the doctor sets `resource` to "pool" and then to "exact".
   replay_options replay;
+  // Pinned host allocations of the same job, for the pinned-memory finding; not owned, read during
+  // diagnose() only. Null: the finding is not measured (the report says so in `skipped`).
+  const trace* pinned = nullptr;
+  // The cap the pinned trace is judged against; 0: default_pinned_cap_bytes() (20% of this
+  // machine's RAM, the cap pinned_host_resource starts with).
+  std::uint64_t pinned_cap_bytes = 0;
 };
 
 struct doctor_report {
@@ -94,6 +115,7 @@ struct doctor_report {
   std::uint64_t allocate_failures = 0;
   double duration_seconds = 0.0;       // first to last row's time; 0 when the trace has no times
   std::uint64_t peak_live_bytes = 0;
+  std::string pinned_trace;            // the pinned trace's name; empty when none was given
   std::vector<finding> findings;       // in the order of the list above
   std::vector<std::string> skipped;    // findings not measured, each with the reason
 

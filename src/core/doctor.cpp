@@ -1,5 +1,6 @@
 // Judges a trace's profile against the thresholds in doctor.hpp and words the findings. Each
-// finding is built by one function, in the order the header lists them.
+// finding is built by one function, in the order the header lists them; pinned-memory, which
+// judges a second trace, lives in doctor_pinned.cpp.
 #include "gpumem/doctor.hpp"
 
 #include <fmt/format.h>
@@ -8,6 +9,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/doctor_pinned.hpp"
+#include "core/doctor_words.hpp"
 #include "core/trace_profile.hpp"
 
 namespace gpumem {
@@ -41,24 +44,11 @@ const finding* doctor_report::find(const std::string& id) const noexcept {
 
 namespace {
 
+using detail::bytes_text;
+using detail::count;
+using detail::ratio;
+using detail::share;
 using detail::trace_profile;
-
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 4) {
-    b /= 1024.0;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.1f} {}", b, units[u]);
-}
-
-figure count(std::string key, std::uint64_t v) { return {std::move(key), static_cast<double>(v), true}; }
-figure ratio(std::string key, double v) { return {std::move(key), v, false}; }
-
-double share(std::uint64_t part, std::uint64_t whole) {
-  return whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole);
-}
 
 void small_object_churn(const trace_profile& p, const doctor_thresholds& th, doctor_report& out) {
   if (p.small_allocations == 0) return;
@@ -270,6 +260,7 @@ doctor_report diagnose(const trace& t, const doctor_options& opts) {
   out.allocate_failures = p.failures;
   out.duration_seconds = p.duration_seconds;
   out.peak_live_bytes = p.peak_live_bytes;
+  if (opts.pinned) out.pinned_trace = opts.pinned->name;
   small_object_churn(p, th, out);
   fragmentation(t, p, opts, out);
   cross_stream_free(p, th, out);
@@ -278,6 +269,7 @@ doctor_report diagnose(const trace& t, const doctor_options& opts) {
   alloc_failure(p, out);
   peak_to_average(p, th, out);
   hot_allocation_sizes(p, out);
+  detail::pinned_memory(opts, out);
   return out;
 }
 

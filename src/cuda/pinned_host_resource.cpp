@@ -1,7 +1,6 @@
 #include "gpumem/cuda/pinned_host_resource.hpp"
 
 #include <fmt/core.h>
-#include <unistd.h>
 
 #include <cstdio>
 
@@ -20,14 +19,6 @@ std::atomic<std::size_t>& pinned_counter() noexcept {
   return bytes;
 }
 }  // namespace cuda_detail
-
-std::size_t physical_ram_bytes() noexcept {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : 0;
-}
-
-std::size_t default_pinned_cap_bytes() noexcept { return physical_ram_bytes() / 5; }
 
 std::size_t pinned_bytes_total() noexcept { return pinned_counter().load(); }
 

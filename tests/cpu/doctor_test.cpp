@@ -1,11 +1,19 @@
 // gpumem doctor: one planted trace per pitfall, each found with the figures it was built to have;
-// a clean trace gives nothing above info. Traces are built in memory (no files).
+// a clean trace gives nothing above info. Traces are built in memory, except the one a
+// trace_adaptor writes to a file as it would around pinned_host_resource.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <new>
 #include <string>
 
 #include "gpumem/doctor.hpp"
+#include "gpumem/errors.hpp"
+#include "gpumem/host_memory.hpp"
+#include "gpumem/trace_adaptor.hpp"
+#include "support/temp_path.hpp"
 
 using gpumem::doctor_options;
 using gpumem::severity;
@@ -14,11 +22,14 @@ using gpumem::trace_action;
 namespace {
 
 constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
+constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
 
 // Builds a trace row by row; every row advances the clock by `step_us`.
 class trace_builder {
  public:
-  explicit trace_builder(std::int64_t step_us = 10) : step_us_(step_us) { t_.name = "planted"; }
+  explicit trace_builder(std::int64_t step_us = 10, std::string name = "planted") : step_us_(step_us) {
+    t_.name = std::move(name);
+  }
 
   std::uint64_t alloc(std::uint64_t size, std::uint64_t stream = 0) {
     const std::uint64_t p = next_ += 0x100000;
@@ -97,7 +108,7 @@ TEST(Doctor, CleanTraceHasNothingAboveInfo) {
   EXPECT_NE(r.find("peak-to-average"), nullptr);
   EXPECT_NE(r.find("hot-allocation-sizes"), nullptr);
   EXPECT_NE(r.find("fragmentation"), nullptr);
-  EXPECT_TRUE(r.skipped.empty());
+  EXPECT_EQ(r.skipped, std::vector<std::string>{"pinned-memory: no pinned trace given (--pinned)"});
   EXPECT_EQ(r.rows, 802u);
   EXPECT_EQ(r.allocations, 401u);
   EXPECT_EQ(r.frees, 401u);
@@ -283,8 +294,8 @@ TEST(Doctor, FragmentationJudgedFromBothReplays) {
 TEST(Doctor, FragmentationSkippedWithoutAReplayEngine) {
   const auto r = gpumem::diagnose(clean_trace().get());
   EXPECT_EQ(r.find("fragmentation"), nullptr);
-  ASSERT_EQ(r.skipped.size(), 1u);
-  EXPECT_NE(r.skipped[0].find("fragmentation"), std::string::npos);
+  ASSERT_EQ(r.skipped.size(), 2u);  // and pinned-memory: no pinned trace
+  EXPECT_EQ(r.skipped[0], "fragmentation: no replay engine was given");
 }
 
 // The real engine on a bundled example: its floor is the trace's own peak live, and the pool
@@ -299,4 +310,240 @@ TEST(Doctor, FragmentationWithTheRealReplay) {
   EXPECT_GE(f.at("pool_peak_reserved_bytes"), f.at("exact_peak_reserved_bytes"));
   EXPECT_GE(f.at("fragmentation"), 1.0);
   EXPECT_EQ(f.at("pool_failed_allocations"), 0);
+}
+
+// ---- pinned-memory: a pinned host trace judged against the pinned cap ----
+
+namespace {
+
+// The device trace is the clean one, so whatever is above info comes from the pinned trace.
+gpumem::doctor_report diagnose_pinned(const gpumem::trace& pinned, std::uint64_t cap_bytes) {
+  doctor_options opts;
+  opts.pinned = &pinned;
+  opts.pinned_cap_bytes = cap_bytes;
+  return gpumem::diagnose(clean_trace().get(), opts);
+}
+
+// A data loader's pinned traffic: `batches` times, pin a staging buffer, copy, unpin it.
+void pin_per_batch(trace_builder& b, int batches, std::uint64_t size) {
+  for (int i = 0; i < batches; ++i) {
+    const std::uint64_t p = b.alloc(size);
+    b.free(p, size);
+  }
+}
+
+}  // namespace
+
+TEST(DoctorPinned, OverTheCapIsAnError) {
+  trace_builder b(1000, "pinned");  // a row every millisecond
+  const std::uint64_t x = b.alloc(400 * MiB);
+  const std::uint64_t y = b.alloc(400 * MiB);
+  const std::uint64_t z = b.alloc(400 * MiB);
+  b.free(z, 400 * MiB);
+  b.free(y, 400 * MiB);
+  b.free(x, 400 * MiB);
+  const auto r = diagnose_pinned(b.get(), GiB);
+  const auto& f = must_find(r, "pinned-memory");
+  EXPECT_EQ(f.level, severity::error);
+  EXPECT_EQ(r.worst(), severity::error);
+  EXPECT_EQ(r.pinned_trace, "pinned");
+  EXPECT_EQ(f.at("peak_pinned_bytes"), 1200 * MiB);
+  EXPECT_EQ(f.at("pinned_cap_bytes"), GiB);
+  EXPECT_DOUBLE_EQ(f.at("peak_share_of_cap"), 1200.0 / 1024.0);
+  EXPECT_EQ(f.at("peak_pinned_line"), 4);  // header, then the third allocation
+  EXPECT_EQ(f.at("pinned_allocations"), 3);
+  EXPECT_DOUBLE_EQ(f.at("pinned_allocations_per_second"), 3 / 0.005);  // 6 rows, 5 ms apart
+  EXPECT_THROW((void)f.at("pinned_allocations_per_1000_ops"), std::out_of_range);
+  EXPECT_EQ(f.at("largest_pinned_allocation_bytes"), 400 * MiB);
+  EXPECT_EQ(f.at("repinned_allocations"), 0);
+  EXPECT_EQ(f.at("pinned_failed_requests"), 0);
+  EXPECT_NE(f.advice.find("cannot swap"), std::string::npos) << f.advice;
+  for (const auto& s : r.skipped) EXPECT_EQ(s.find("pinned-memory"), std::string::npos) << s;
+}
+
+// 80% of the cap is the line: just under it is info, at or above it a warning.
+TEST(DoctorPinned, NearTheCapIsAWarning) {
+  for (const auto& [held_mib, level] : {std::pair{790u, severity::info}, std::pair{800u, severity::warning},
+                                        std::pair{950u, severity::warning}}) {
+    trace_builder b(1000);
+    const std::uint64_t p = b.alloc(held_mib * MiB);
+    b.free(p, held_mib * MiB);
+    const auto& f = must_find(diagnose_pinned(b.get(), 1000 * MiB), "pinned-memory");
+    EXPECT_EQ(f.level, level) << held_mib;
+    EXPECT_DOUBLE_EQ(f.at("peak_share_of_cap"), held_mib / 1000.0);
+    EXPECT_EQ(f.at("peak_pinned_bytes"), held_mib * MiB);
+  }
+}
+
+TEST(DoctorPinned, PinningPerBatchIsAWarning) {
+  trace_builder b(1000);
+  const std::uint64_t kept = b.alloc(256 * MiB);  // held all along: not churn
+  pin_per_batch(b, 20, 64 * MiB);                 // 19 of these re-pin the size just freed
+  b.free(kept, 256 * MiB);
+  const auto& f = must_find(diagnose_pinned(b.get(), 8 * GiB), "pinned-memory");
+  EXPECT_EQ(f.level, severity::warning);
+  EXPECT_EQ(f.at("pinned_allocations"), 21);
+  EXPECT_EQ(f.at("repinned_allocations"), 19);
+  EXPECT_DOUBLE_EQ(f.at("repinned_share"), 19.0 / 21.0);
+  EXPECT_EQ(f.at("peak_pinned_bytes"), 320 * MiB);
+  EXPECT_DOUBLE_EQ(f.at("peak_share_of_cap"), 320.0 / 8192.0);  // far from the cap: churn alone
+  EXPECT_EQ(f.at("largest_pinned_allocation_bytes"), 256 * MiB);
+  EXPECT_NE(f.advice.find("staging buffer"), std::string::npos) << f.advice;
+}
+
+// Churn needs both: re-pins >= 8 and >= 50% of pinned allocations.
+TEST(DoctorPinned, ChurnRuleNeedsCountAndShare) {
+  trace_builder few(1000);
+  pin_per_batch(few, 8, 64 * MiB);  // 7 re-pins of 8: a high share, too few
+  const auto& f1 = must_find(diagnose_pinned(few.get(), 8 * GiB), "pinned-memory");
+  EXPECT_EQ(f1.at("repinned_allocations"), 7);
+  EXPECT_EQ(f1.level, severity::info);
+
+  trace_builder enough(1000);
+  pin_per_batch(enough, 9, 64 * MiB);  // 8 re-pins
+  EXPECT_EQ(must_find(diagnose_pinned(enough.get(), 8 * GiB), "pinned-memory").level, severity::warning);
+
+  trace_builder diluted(1000);  // 10 re-pins among 21 allocations: under half
+  pin_per_batch(diluted, 11, 64 * MiB);
+  for (int i = 0; i < 10; ++i) (void)diluted.alloc((i + 1) * MiB);  // distinct sizes, kept
+  const auto& f3 = must_find(diagnose_pinned(diluted.get(), 8 * GiB), "pinned-memory");
+  EXPECT_EQ(f3.at("repinned_allocations"), 10);
+  EXPECT_DOUBLE_EQ(f3.at("repinned_share"), 10.0 / 21.0);
+  EXPECT_EQ(f3.level, severity::info);
+}
+
+// A re-pin is exactly the size of a block freed earlier, each free matched at most once.
+TEST(DoctorPinned, RepinsMatchFreedSizesOnce) {
+  trace_builder b(1000);
+  const std::uint64_t a = b.alloc(MiB);
+  const std::uint64_t c = b.alloc(MiB);
+  b.free(a, MiB);
+  b.free(c, MiB);
+  (void)b.alloc(MiB);      // re-pin 1
+  (void)b.alloc(MiB);      // re-pin 2
+  (void)b.alloc(MiB);      // both frees are used up: a fresh pin
+  (void)b.alloc(2 * MiB);  // no 2 MiB block was ever freed
+  const auto& f = must_find(diagnose_pinned(b.get(), 8 * GiB), "pinned-memory");
+  EXPECT_EQ(f.at("pinned_allocations"), 6);
+  EXPECT_EQ(f.at("repinned_allocations"), 2);
+}
+
+TEST(DoctorPinned, ModestSteadyUseIsInfo) {
+  trace_builder b(1000);
+  std::vector<std::uint64_t> ring;
+  for (int i = 0; i < 4; ++i) ring.push_back(b.alloc(32 * MiB));  // a ring of staging buffers
+  b.wait(10'000'000);                                             // reused for ten seconds
+  for (auto p : ring) b.free(p, 32 * MiB);
+  const auto r = diagnose_pinned(b.get(), 8 * GiB);
+  const auto& f = must_find(r, "pinned-memory");
+  EXPECT_EQ(f.level, severity::info);
+  EXPECT_EQ(r.worst(), severity::info);
+  EXPECT_EQ(f.at("peak_pinned_bytes"), 128 * MiB);
+  EXPECT_DOUBLE_EQ(f.at("peak_share_of_cap"), 128.0 / 8192.0);
+  EXPECT_EQ(f.at("pinned_allocations"), 4);
+  EXPECT_DOUBLE_EQ(f.at("pinned_allocations_per_second"), 4 / 10.007);  // 7 gaps of 1 ms + 10 s
+  EXPECT_EQ(f.at("largest_pinned_allocation_bytes"), 32 * MiB);
+  EXPECT_EQ(f.at("repinned_allocations"), 0);
+}
+
+TEST(DoctorPinned, UntimedTraceRatesPer1000Ops) {
+  trace_builder b;
+  b.untimed();
+  pin_per_batch(b, 3, MiB);
+  const auto& f = must_find(diagnose_pinned(b.get(), 8 * GiB), "pinned-memory");
+  EXPECT_DOUBLE_EQ(f.at("pinned_allocations_per_1000_ops"), 500.0);  // 3 of 6 rows
+  EXPECT_THROW((void)f.at("pinned_allocations_per_second"), std::out_of_range);
+}
+
+TEST(DoctorPinned, RefusedRequestsAreAnErrorEvenUnderTheCap) {
+  trace_builder b(1000);
+  const std::uint64_t p = b.alloc(MiB);
+  b.fail(4 * GiB);
+  b.free(p, MiB);
+  const auto& f = must_find(diagnose_pinned(b.get(), 8 * GiB), "pinned-memory");
+  EXPECT_EQ(f.level, severity::error);
+  EXPECT_EQ(f.at("pinned_failed_requests"), 1);
+  EXPECT_EQ(f.at("peak_pinned_bytes"), MiB);
+}
+
+TEST(DoctorPinned, DefaultCapIsAFifthOfPhysicalRam) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  ASSERT_GT(pages, 0);
+  ASSERT_GT(page, 0);
+  const std::uint64_t ram = std::uint64_t(pages) * std::uint64_t(page);
+  EXPECT_EQ(gpumem::physical_ram_bytes(), ram);
+  EXPECT_EQ(gpumem::default_pinned_cap_bytes(), ram / 5);
+  trace_builder b(1000);
+  pin_per_batch(b, 1, MiB);
+  const auto& f = must_find(diagnose_pinned(b.get(), 0), "pinned-memory");  // 0: the default
+  EXPECT_EQ(f.at("pinned_cap_bytes"), static_cast<double>(ram / 5));
+  EXPECT_NE(f.summary.find("the default: 20% of this machine's RAM"), std::string::npos) << f.summary;
+}
+
+TEST(DoctorPinned, SkippedWithoutAPinnedTraceOrWhenItAllocatesNothing) {
+  const auto r = gpumem::diagnose(clean_trace().get());
+  EXPECT_EQ(r.find("pinned-memory"), nullptr);
+  EXPECT_TRUE(r.pinned_trace.empty());
+  EXPECT_EQ(r.skipped.back(), "pinned-memory: no pinned trace given (--pinned)");
+
+  const gpumem::trace empty{"empty.csv", {}, {}};
+  const auto e = diagnose_pinned(empty, GiB);
+  EXPECT_EQ(e.find("pinned-memory"), nullptr);
+  EXPECT_EQ(e.skipped.back(), "pinned-memory: the pinned trace allocates nothing");
+}
+
+namespace {
+
+// Stands in for pinned_host_resource where there is no CUDA: host memory behind the same kind of
+// cap check, refusing with out_of_memory, so the trace_adaptor records what it would record.
+struct capped_host_resource {
+  std::size_t cap;
+  std::size_t live = 0;
+  void* allocate(std::size_t bytes, std::size_t = gpumem::default_alignment, gpumem::stream_ref s = 0) {
+    if (live + bytes > cap) {
+      gpumem::oom_report r;
+      r.requested_bytes = bytes;
+      r.stream = s;
+      r.live_bytes = live;
+      r.limit_bytes = cap;
+      throw gpumem::out_of_memory(std::move(r));
+    }
+    void* p = std::malloc(bytes);
+    if (!p) throw std::bad_alloc();
+    live += bytes;
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes, std::size_t = gpumem::default_alignment,
+                  gpumem::stream_ref = 0) noexcept {
+    std::free(p);
+    live -= bytes;
+  }
+};
+
+}  // namespace
+
+// End to end: the file a trace_adaptor writes around a capped host resource, read back and judged.
+TEST(DoctorPinned, TraceWrittenByTheAdaptor) {
+  const auto path = gpumem::testing_support::unique_temp_path("pinned", ".csv");
+  {
+    capped_host_resource host{4 * MiB};
+    gpumem::trace_adaptor<capped_host_resource> traced(host, path);
+    for (int i = 0; i < 10; ++i) traced.deallocate(traced.allocate(MiB), MiB);  // pin per batch
+    void* kept = traced.allocate(3 * MiB);
+    EXPECT_THROW((void)traced.allocate(2 * MiB), gpumem::out_of_memory);  // 5 MiB > the 4 MiB cap
+    traced.deallocate(kept, 3 * MiB);
+  }
+  const gpumem::trace pinned = gpumem::read_trace(path);
+  std::filesystem::remove(path);
+  const auto r = diagnose_pinned(pinned, 4 * MiB);
+  const auto& f = must_find(r, "pinned-memory");
+  EXPECT_EQ(f.level, severity::error);  // the resource refused a request
+  EXPECT_EQ(r.pinned_trace, path.string());
+  EXPECT_EQ(f.at("pinned_failed_requests"), 1);
+  EXPECT_EQ(f.at("pinned_allocations"), 11);
+  EXPECT_EQ(f.at("repinned_allocations"), 9);
+  EXPECT_EQ(f.at("peak_pinned_bytes"), 3 * MiB);
+  EXPECT_DOUBLE_EQ(f.at("peak_share_of_cap"), 0.75);
+  EXPECT_EQ(f.at("largest_pinned_allocation_bytes"), 3 * MiB);
+  EXPECT_EQ(f.at("peak_pinned_line"), 22);  // header + 20 rows of batches, then the kept buffer
 }

@@ -7,13 +7,11 @@
 
 #include "gpumem/core.hpp"
 #include "gpumem/cuda/cccl_compat.hpp"
+#include "gpumem/host_memory.hpp"  // physical_ram_bytes(), default_pinned_cap_bytes(): the default cap
 #include "gpumem/resource.hpp"
 
 namespace gpumem {
 
-// Physical RAM (sysconf) and 20% of it: the default cap.
-std::size_t physical_ram_bytes() noexcept;
-std::size_t default_pinned_cap_bytes() noexcept;
 // Pinned host bytes this process holds through gpumem (pinned_host_resource + host_registration).
 std::size_t pinned_bytes_total() noexcept;
 
