@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpumem/pool.hpp"
+#include "gpumem/replay_verifier.hpp"
 #include "gpumem/trace.hpp"
 
 namespace gpumem {
@@ -23,6 +24,16 @@ struct replay_options {
   bool segment_map_at_peak = false; // keep the pool's block map at the moment of peak reserved
   // Replays the trace this many times back to back on the same resource (a soak).
   std::size_t passes = 1;
+  // > 0: replaces `passes` with as many passes as it takes to replay at least this many ops.
+  std::uint64_t min_ops = 0;
+  // Integrity checks (a soak's), on with check_integrity or verify_every > 0: every block handed
+  // out is checked against all live blocks for overlap and for `integrity_alignment`; and every
+  // `verify_every`-th allocation (0: none) is stamped with a pattern right after allocation and
+  // checked just before its free (replay_verifier.hpp). Off by default: the plain replay measures
+  // the allocator alone.
+  bool check_integrity = false;
+  std::size_t verify_every = 0;
+  std::size_t integrity_alignment = 0;  // 0: what the target promises (replay_target::alignment)
   // Called now and then with rows done; for progress bars.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
@@ -32,6 +43,14 @@ struct timeline_point {
   std::int64_t time_us = -1;       // the row's wall time, when the trace has one
   std::size_t live_bytes = 0;
   std::size_t reserved_bytes = 0;
+};
+
+// One pass of a soak, at its end (before what the trace left live is given back).
+struct soak_pass {
+  std::size_t pass = 0;                 // 0-based
+  std::size_t reserved_at_end_bytes = 0;
+  std::size_t peak_reserved_bytes = 0;  // the target's peak so far
+  std::uint64_t integrity_mismatches = 0;  // so far
 };
 
 struct replay_result {
@@ -52,6 +71,20 @@ struct replay_result {
   std::size_t passes = 1;
   std::size_t reserved_after_first_pass_bytes = 0;  // with passes > 1: the soak's baseline
   double soak_growth = 0.0;          // with passes > 1: peak reserved after pass 1 / after pass 1 - 1
+  std::size_t max_reserved_later_passes_bytes = 0;  // with passes > 1: highest peak reserved in passes 2..N
+  // Every pass for up to 1000 passes; longer soaks keep every k-th and the last.
+  std::vector<soak_pass> pass_log;
+
+  // Integrity (replay_options.check_integrity).
+  bool integrity_checked = false;
+  std::size_t verify_every = 0;       // data check on 1 in this many allocations (0: none)
+  std::uint64_t overlap_checks = 0;   // blocks checked against all live blocks
+  std::uint64_t overlaps = 0;         // blocks that overlapped a live block
+  std::uint64_t misaligned = 0;       // blocks not aligned to integrity_alignment
+  std::uint64_t verified_blocks = 0;  // blocks stamped at allocation and checked at free
+  std::uint64_t mismatched_words = 0; // words of verified blocks that had changed by their free
+  std::vector<std::string> integrity_notes;  // the first few problems, described
+  std::uint64_t integrity_mismatches() const noexcept { return overlaps + misaligned + mismatched_words; }
 };
 
 // What replay drives. The core's targets run on the simulated device; other layers (the GPU) add
@@ -66,6 +99,11 @@ struct replay_target {
   virtual std::size_t peak_reserved() = 0;
   virtual pool_stats stats() { return {}; }
   virtual std::vector<block_info> blocks() { return {}; }
+  // The alignment every block it hands out has.
+  virtual std::size_t alignment() { return default_alignment; }
+  // How a soak stamps and checks this target's blocks. The default, a shadow model, touches no
+  // memory, so it suits any target; targets whose memory can be written override it.
+  virtual std::unique_ptr<replay_verifier> make_verifier() { return make_shadow_verifier(); }
 };
 using replay_target_factory = std::function<std::unique_ptr<replay_target>(const replay_options&)>;
 void register_replay_target(const std::string& name, replay_target_factory make);
@@ -82,6 +120,10 @@ trace_slots resolve_slots(const trace& t);
 
 // Throws std::invalid_argument for an unknown resource name.
 replay_result replay(const trace& t, const replay_options& opts);
+
+// The target `replay` would drive for opts.resource (tests wrap one to break it on purpose).
+// Throws std::invalid_argument for an unknown resource name.
+std::unique_ptr<replay_target> make_replay_target(const replay_options& opts);
 
 // Names `replay` accepts, for help texts and errors.
 std::vector<std::string> replay_resources();

@@ -7,12 +7,14 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "core/replay_integrity.hpp"
 #include "gpumem/sim_device.hpp"
 
 namespace gpumem {
@@ -47,6 +49,10 @@ struct pool_target final : target {
   std::size_t peak_reserved() override { return p.stats().peak_reserved_bytes; }
   pool_stats stats() override { return p.stats(); }
   std::vector<block_info> blocks() override { return p.blocks(); }
+  // The shadow model, plus: a block the device has not mapped would fault when written.
+  std::unique_ptr<replay_verifier> make_verifier() override {
+    return make_shadow_verifier([this](const void* ptr, std::size_t bytes) { return dev.is_mapped(ptr, bytes); });
+  }
 };
 
 struct exact_target final : target {
@@ -80,9 +86,13 @@ struct malloc_target final : target {
   }
   std::size_t reserved() override { return live; }
   std::size_t peak_reserved() override { return peak; }
+  std::size_t alignment() override { return alignof(std::max_align_t); }
+  std::unique_ptr<replay_verifier> make_verifier() override { return make_host_memory_verifier(); }
 };
 
-std::unique_ptr<target> make_target(const replay_options& o) {
+}  // namespace
+
+std::unique_ptr<replay_target> make_replay_target(const replay_options& o) {
   if (o.resource == "pool") return std::make_unique<pool_target>(o, true);
   if (o.resource == "pool-segments") return std::make_unique<pool_target>(o, false);
   if (o.resource == "exact") return std::make_unique<exact_target>(o);
@@ -97,7 +107,6 @@ std::unique_ptr<target> make_target(const replay_options& o) {
   throw std::invalid_argument(fmt::format("unknown resource '{}' (known: {})", o.resource, names));
 }
 
-}  // namespace
 
 trace_slots resolve_slots(const trace& t) {
   trace_slots out;
@@ -144,8 +153,25 @@ void register_replay_target(const std::string& name, replay_target_factory make)
   registry().emplace_back(name, std::move(make));
 }
 
+namespace {
+
+// Passes a soak needs for at least `min_ops` ops, or the fixed count when min_ops is 0.
+std::size_t passes_for(const replay_options& o, const trace_slots& slots, const trace& t) {
+  if (!o.min_ops) return std::max<std::size_t>(1, o.passes);
+  std::uint64_t ops_per_pass = 0;
+  for (std::size_t i = 0; i < t.records.size(); ++i)
+    ops_per_pass += t.records[i].action == trace_action::allocate || slots.slot_of[i] != trace_slots::no_slot;
+  if (!ops_per_pass) throw std::invalid_argument(fmt::format("{}: no operations to replay", t.name));
+  return static_cast<std::size_t>((o.min_ops + ops_per_pass - 1) / ops_per_pass);
+}
+
+// A soak's per-pass log keeps at most this many entries (every k-th pass, and the last).
+constexpr std::size_t max_pass_log = 1000;
+
+}  // namespace
+
 replay_result replay(const trace& t, const replay_options& opts) {
-  auto tgt = make_target(opts);
+  auto tgt = make_replay_target(opts);
   replay_result r;
   r.trace = t.name;
   r.resource = opts.resource;
@@ -153,15 +179,34 @@ replay_result replay(const trace& t, const replay_options& opts) {
   const std::uint64_t total = t.records.size();
   const trace_slots slots = resolve_slots(t);
   const std::vector<std::uint32_t>& slot_of = slots.slot_of;
-  struct live_block { void* ptr = nullptr; std::size_t bytes = 0; bool live = false; };
+  struct live_block {
+    void* ptr = nullptr;
+    std::size_t bytes = 0;
+    bool live = false;
+    stream_ref stream = 0;  // allocated on: what is left live at a pass end is freed there
+    replay_integrity::ticket ticket;
+  };
   std::vector<live_block> live(slots.count);
+  std::optional<replay_integrity> integrity;
+  if (opts.check_integrity || opts.verify_every)
+    integrity.emplace(t, opts.verify_every, opts.integrity_alignment ? opts.integrity_alignment : tgt->alignment(),
+                      opts.verify_every ? tgt->make_verifier() : nullptr);
 
   const bool instrumented = opts.timeline_points > 0 || opts.segment_map_at_peak;
   const std::uint64_t stride = opts.timeline_points ? std::max<std::uint64_t>(1, total / opts.timeline_points) : 0;
   std::size_t live_bytes = 0, peak_live = 0, peak_reserved_seen = 0;
 
-  const std::size_t passes = std::max<std::size_t>(1, opts.passes);
+  const std::size_t passes = passes_for(opts, slots, t);
+  const std::size_t log_every = (passes + max_pass_log - 1) / max_pass_log;
   r.passes = passes;
+  auto free_block = [&](live_block& b, stream_ref s) {
+    if (b.ptr) {
+      if (integrity) integrity->freeing(b.ptr, b.bytes, b.ticket, b.stream, s);
+      tgt->deallocate(b.ptr, b.bytes, s);
+    }
+    live_bytes -= b.bytes;
+    b = {};
+  };
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t pass = 0; pass < passes; ++pass) {
   if (pass == 1) r.reserved_after_first_pass_bytes = tgt->peak_reserved();
@@ -169,9 +214,12 @@ replay_result replay(const trace& t, const replay_options& opts) {
     const trace_record& rec = t.records[i];
     switch (rec.action) {
       case trace_action::allocate: {
-        void* p = tgt->allocate(rec.size, tgt->stream_for(rec.stream));
+        const stream_ref s = tgt->stream_for(rec.stream);
+        void* p = tgt->allocate(rec.size, s);
         if (!p && rec.size) ++r.failed_allocs;
-        live[slot_of[i]] = {p, rec.size, true};
+        live_block& b = live[slot_of[i]];
+        b = {p, rec.size, true, s, {}};
+        if (integrity && p) b.ticket = integrity->allocated(p, rec.size, s, i, pass);
         live_bytes += rec.size;
         peak_live = std::max(peak_live, live_bytes);
         ++r.ops;
@@ -179,10 +227,7 @@ replay_result replay(const trace& t, const replay_options& opts) {
       }
       case trace_action::free: {
         if (slot_of[i] == trace_slots::no_slot) break;
-        live_block& b = live[slot_of[i]];
-        if (b.ptr) tgt->deallocate(b.ptr, b.bytes, tgt->stream_for(rec.stream));
-        live_bytes -= b.bytes;
-        b = {};
+        free_block(live[slot_of[i]], tgt->stream_for(rec.stream));
         ++r.ops;
         break;
       }
@@ -200,19 +245,24 @@ replay_result replay(const trace& t, const replay_options& opts) {
     }
     if (opts.progress && (i & 0xffff) == 0) opts.progress(pass * total + i, passes * total);
   }
+  const bool last = pass + 1 == passes;
+  soak_pass log_entry{pass, tgt->reserved(), tgt->peak_reserved(), 0};
   // A soak's next pass starts from what the trace left live: give it back so slots start clean.
-  if (pass + 1 < passes)
+  if (!last)
     for (auto& b : live)
-      if (b.live) {
-        if (b.ptr) tgt->deallocate(b.ptr, b.bytes, 0);
-        live_bytes -= b.bytes;
-        b = {};
-      }
+      if (b.live) free_block(b, b.stream);
+  if (integrity) {
+    integrity->pass_done(pass);  // on the GPU: waits for the pass's checks, so they are timed
+    log_entry.integrity_mismatches = integrity->mismatches();
+  }
+  if (passes > 1 && (pass % log_every == 0 || last)) r.pass_log.push_back(log_entry);
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
   if (opts.progress) opts.progress(passes * total, passes * total);
-  if (passes > 1 && r.reserved_after_first_pass_bytes)
-    r.soak_growth = double(tgt->peak_reserved()) / double(r.reserved_after_first_pass_bytes) - 1.0;
+  if (passes > 1 && r.reserved_after_first_pass_bytes) {
+    r.max_reserved_later_passes_bytes = tgt->peak_reserved();
+    r.soak_growth = double(r.max_reserved_later_passes_bytes) / double(r.reserved_after_first_pass_bytes) - 1.0;
+  }
 
   r.peak_live_bytes = peak_live;
   r.peak_reserved_bytes = tgt->peak_reserved();
@@ -220,9 +270,15 @@ replay_result replay(const trace& t, const replay_options& opts) {
   r.fragmentation = peak_live ? double(r.peak_reserved_bytes) / double(peak_live) : 0.0;
   r.ns_per_op = r.ops ? double(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()) / double(r.ops) : 0.0;
   r.stats = tgt->stats();
-  // Leave nothing behind in the target (its destructor would report leaks otherwise).
+  // Leave nothing behind in the target (its destructor would report leaks otherwise); the blocks
+  // still live are checked like any other.
   for (auto& b : live)
-    if (b.live && b.ptr) tgt->deallocate(b.ptr, b.bytes, 0);
+    if (b.live) free_block(b, b.stream);
+  if (integrity) {
+    integrity->pass_done(passes - 1);
+    integrity->report_into(r);
+    if (!r.pass_log.empty()) r.pass_log.back().integrity_mismatches = integrity->mismatches();
+  }
   return r;
 }
 
@@ -230,6 +286,7 @@ std::size_t min_capacity(const trace& t, const replay_options& opts) {
   replay_options o = opts;
   o.timeline_points = 0;
   o.segment_map_at_peak = false;
+  o.check_integrity = false;
   o.progress = nullptr;
   const std::size_t g = default_granularity;
   replay_result unlimited = replay(t, o);
