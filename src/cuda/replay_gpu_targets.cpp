@@ -1,5 +1,6 @@
 // GPU targets for the replay engine. Peak reserved is what each allocator itself reports: the
-// pool's mapped + spare granules, or the cudaMemPool's ReservedMemHigh.
+// pool's mapped + spare granules, or the cudaMemPool's ReservedMemHigh. A soak's data check runs
+// as kernels on the blocks themselves (pattern_verifier.hpp).
 #include "gpumem/cuda/replay_targets.hpp"
 
 #include <cuda_runtime_api.h>
@@ -10,6 +11,7 @@
 #include <unordered_map>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/pattern_verifier.hpp"
 #include "gpumem/cuda/availability.hpp"
 #include "gpumem/cuda/gpu_pool.hpp"
 #include "gpumem/replay.hpp"
@@ -61,6 +63,7 @@ class gpu_pool_target final : public replay_target {
   std::size_t peak_reserved() override { return pool_.stats().peak_reserved_bytes; }
   pool_stats stats() override { return pool_.stats(); }
   std::vector<block_info> blocks() override { return pool_.pool().blocks(); }
+  std::unique_ptr<replay_verifier> make_verifier() override { return cuda_detail::make_pattern_verifier(); }
 
  private:
   stream_map streams_;
@@ -100,6 +103,7 @@ class async_target final : public replay_target {
   stream_ref stream_for(std::uint64_t t) override { return streams_.get(t); }
   std::size_t reserved() override { return attribute(cudaMemPoolAttrReservedMemCurrent); }
   std::size_t peak_reserved() override { return attribute(cudaMemPoolAttrReservedMemHigh); }
+  std::unique_ptr<replay_verifier> make_verifier() override { return cuda_detail::make_pattern_verifier(); }
 
  private:
   std::size_t attribute(cudaMemPoolAttr a) {
