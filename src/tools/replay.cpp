@@ -9,6 +9,7 @@
 #endif
 #include "tools/byte_size.hpp"
 #include "tools/command.hpp"
+#include "tools/count_arg.hpp"
 #include "tools/progress.hpp"
 
 namespace gpumem::tools {
@@ -22,7 +23,21 @@ struct replay_args {
   bool json = false;
   bool min_capacity = false;
   std::size_t passes = 1;
+  std::string ops;           // --ops: a count; empty: --passes decides
+  std::string verify_every;  // --verify-every: a count; empty: no integrity checks
 };
+
+// A CLI11 check that the text is a count, at least `minimum`: the message says what is wrong.
+std::function<std::string(const std::string&)> count_at_least(std::uint64_t minimum) {
+  return [minimum](const std::string& text) -> std::string {
+    try {
+      if (parse_count(text) < minimum) return fmt::format("'{}' must be at least {}", text, minimum);
+      return {};
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+  };
+}
 
 nlohmann::json to_json(const replay_result& r) {
   nlohmann::json j{{"trace", r.trace},
@@ -35,10 +50,27 @@ nlohmann::json to_json(const replay_result& r) {
                    {"ns_per_op", r.ns_per_op},
                    {"failed_allocs", r.failed_allocs},
                    {"trace_failures", r.trace_failures}};
-  if (r.reserved_after_first_pass_bytes) {
+  if (r.passes > 1) {
     j["passes"] = r.passes;
     j["reserved_after_first_pass_bytes"] = r.reserved_after_first_pass_bytes;
+    j["max_reserved_later_passes_bytes"] = r.max_reserved_later_passes_bytes;
     j["soak_growth"] = r.soak_growth;
+    auto& log = j["pass_log"] = nlohmann::json::array();
+    for (const auto& p : r.pass_log)
+      log.push_back({{"pass", p.pass + 1},
+                     {"reserved_at_end_bytes", p.reserved_at_end_bytes},
+                     {"peak_reserved_bytes", p.peak_reserved_bytes},
+                     {"integrity_mismatches", p.integrity_mismatches}});
+  }
+  if (r.integrity_checked) {
+    j["verify_every"] = r.verify_every;
+    j["overlap_checks"] = r.overlap_checks;
+    j["overlaps"] = r.overlaps;
+    j["misaligned"] = r.misaligned;
+    j["verified_blocks"] = r.verified_blocks;
+    j["mismatched_words"] = r.mismatched_words;
+    j["integrity_mismatches"] = r.integrity_mismatches();
+    j["integrity_notes"] = r.integrity_notes;
   }
   if (r.resource.rfind("pool", 0) == 0) {
     j["upstream_calls"] = r.stats.upstream_calls;
@@ -49,9 +81,33 @@ nlohmann::json to_json(const replay_result& r) {
   return j;
 }
 
+// The soak's lines under a table row: reserved flatness, then integrity with its first problems.
+void print_soak(const replay_result& r) {
+  if (r.passes > 1)
+    fmt::print("  soak: {} passes, {} ops; peak reserved after pass 1 {} B, in later passes {} B: growth {:+.3f}%\n",
+               r.passes, r.ops, r.reserved_after_first_pass_bytes, r.max_reserved_later_passes_bytes,
+               100.0 * r.soak_growth);
+  if (!r.integrity_checked) return;
+  fmt::print("  integrity: {} blocks checked for overlap and alignment, {} verified ({}); overlaps {}, misaligned {}, "
+             "mismatched words {}: {}\n",
+             r.overlap_checks, r.verified_blocks,
+             r.verify_every == 0   ? std::string("data check off")
+             : r.verify_every == 1 ? std::string("every allocation")
+                                   : fmt::format("1 in {} allocations", r.verify_every),
+             r.overlaps,
+             r.misaligned, r.mismatched_words, r.integrity_mismatches() ? "FAILED" : "ok");
+  for (const auto& n : r.integrity_notes) fmt::print("    {}\n", n);
+}
+
 int run(const replay_args& a) {
   replay_options base;
   base.capacity_bytes = parse_byte_size(a.capacity);
+  base.passes = a.passes;
+  if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
+  if (!a.verify_every.empty()) {
+    base.check_integrity = true;
+    base.verify_every = parse_count(a.verify_every);
+  }
   bool any_failed = false;
   if (!a.json)
     fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8} {:>9} {:>7}{}\n", "trace", "resource", "ops",
@@ -61,12 +117,11 @@ int run(const replay_args& a) {
     for (const auto& res : a.resources) {
       replay_options o = base;
       o.resource = res;
-      o.passes = a.passes;
       progress_bar bar(fmt::format("replay {} ({})", t.name, res));
       o.progress = std::ref(bar);
       replay_result r = replay(t, o);
       bar.finish();
-      any_failed |= r.failed_allocs > 0;
+      any_failed |= r.failed_allocs > 0 || r.integrity_mismatches() > 0;
       std::size_t minimum = 0;
       if (a.min_capacity) minimum = gpumem::min_capacity(t, o);
       if (a.json) {
@@ -74,13 +129,10 @@ int run(const replay_args& a) {
         if (a.min_capacity) j["min_capacity_bytes"] = minimum;
         fmt::print("{}\n", j.dump());
       } else {
-        fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8.3f} {:>9.1f} {:>7}{}{}\n", r.trace, r.resource, r.ops,
+        fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8.3f} {:>9.1f} {:>7}{}\n", r.trace, r.resource, r.ops,
                    r.peak_live_bytes, r.peak_reserved_bytes, r.fragmentation, r.ns_per_op, r.failed_allocs,
-                   a.min_capacity ? fmt::format("  {:>14}", minimum) : "",
-                   r.reserved_after_first_pass_bytes
-                       ? fmt::format("  soak: reserved after pass 1 {} B, growth over {} passes {:+.3f}%",
-                                     r.reserved_after_first_pass_bytes, a.passes, 100.0 * r.soak_growth)
-                       : "");
+                   a.min_capacity ? fmt::format("  {:>14}", minimum) : "");
+        print_soak(r);
       }
     }
   }
@@ -105,8 +157,16 @@ const registrar reg{command{
                    "gpu-pool, gpu-pool-segments and cuda-malloc-async on the GPU");
       sub.add_option("--capacity", args->capacity, "device capacity, e.g. 80G")->capture_default_str();
       sub.add_flag("--json", args->json, "one JSON object per trace and resource, each on its own line");
-      sub.add_option("--passes", args->passes, "replay each trace this many times back to back on one resource (a soak)")
-          ->check(CLI::Range(1, 100000));
+      auto* passes =
+          sub.add_option("--passes", args->passes, "replay each trace this many times back to back on one resource (a soak)")
+              ->check(CLI::Range(1, 100000));
+      sub.add_option("--ops", args->ops, "a soak of at least this many operations (e.g. 1e8): as many passes as that takes")
+          ->check(count_at_least(1))
+          ->excludes(passes);
+      sub.add_option("--verify-every", args->verify_every,
+                     "check integrity: every block for overlap with the live ones and alignment, and every K-th "
+                     "allocation's data (stamped after allocation, checked before free; 0: no data check)")
+          ->check(count_at_least(0));
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
       sub.callback([args, &exit_code] { exit_code = run(*args); });
