@@ -107,7 +107,6 @@ std::unique_ptr<replay_target> make_replay_target(const replay_options& o) {
   throw std::invalid_argument(fmt::format("unknown resource '{}' (known: {})", o.resource, names));
 }
 
-
 trace_slots resolve_slots(const trace& t) {
   trace_slots out;
   out.slot_of.assign(t.records.size(), trace_slots::no_slot);
@@ -287,6 +286,7 @@ std::size_t min_capacity(const trace& t, const replay_options& opts) {
   o.timeline_points = 0;
   o.segment_map_at_peak = false;
   o.check_integrity = false;
+  o.verify_every = 0;
   o.progress = nullptr;
   const std::size_t g = default_granularity;
   replay_result unlimited = replay(t, o);

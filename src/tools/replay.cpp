@@ -94,8 +94,7 @@ void print_soak(const replay_result& r) {
              r.verify_every == 0   ? std::string("data check off")
              : r.verify_every == 1 ? std::string("every allocation")
                                    : fmt::format("1 in {} allocations", r.verify_every),
-             r.overlaps,
-             r.misaligned, r.mismatched_words, r.integrity_mismatches() ? "FAILED" : "ok");
+             r.overlaps, r.misaligned, r.mismatched_words, r.integrity_mismatches() ? "FAILED" : "ok");
   for (const auto& n : r.integrity_notes) fmt::print("    {}\n", n);
 }
 
