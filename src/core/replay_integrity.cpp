@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
 #include <utility>
 
 namespace gpumem {
@@ -10,8 +11,11 @@ replay_integrity::replay_integrity(const trace& t, std::size_t verify_every, std
                                    std::unique_ptr<replay_verifier> verifier)
     : trace_(t),
       verify_every_(verify_every),
-      alignment_(alignment ? alignment : 1),
-      verifier_(std::move(verifier)) {}
+      alignment_mask_(alignment - 1),
+      verifier_(std::move(verifier)) {
+  if (!is_power_of_two(alignment))
+    throw std::invalid_argument(fmt::format("integrity alignment {} is not a power of two", alignment));
+}
 
 std::string replay_integrity::where(std::uint64_t row, std::size_t pass) const {
   if (row < trace_.lines.size()) return fmt::format("pass {} line {}", pass + 1, trace_.lines[row]);
@@ -29,9 +33,10 @@ replay_integrity::ticket replay_integrity::allocated(void* p, std::size_t bytes,
                                                      std::size_t pass) {
   ticket t;
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  if (addr % alignment_) {
+  if (addr & alignment_mask_) {
     ++misaligned_;
-    note(fmt::format("{}: block {:#x} ({} B) is not aligned to {} B", where(row, pass), addr, bytes, alignment_));
+    note(fmt::format("{}: block {:#x} ({} B) is not aligned to {} B", where(row, pass), addr, bytes,
+                     alignment_mask_ + 1));
   }
   if (bytes) {
     ++overlap_checks_;
@@ -43,7 +48,8 @@ replay_integrity::ticket replay_integrity::allocated(void* p, std::size_t bytes,
                        addr, bytes, other.addr, other.bytes, where(other.from.row, other.from.pass)));
     }
   }
-  if (verify_every_ && allocations_++ % verify_every_ == 0) {
+  if (verify_every_ && until_stamp_-- == 0) {  // the 1st, (k+1)-th, (2k+1)-th ... allocation
+    until_stamp_ = verify_every_ - 1;
     t.tag = next_tag_++;
     verifier_->stamp(p, bytes, t.tag, s);
   }

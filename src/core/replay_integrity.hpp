@@ -26,7 +26,8 @@ class replay_integrity {
     std::optional<live_block_index::handle> indexed;
   };
 
-  // verify_every: stamp every k-th allocation (0: none, and `verifier` may be null).
+  // verify_every: stamp every k-th allocation (0: none, and `verifier` may be null). alignment: a
+  // power of two (std::invalid_argument otherwise).
   replay_integrity(const trace& t, std::size_t verify_every, std::size_t alignment,
                    std::unique_ptr<replay_verifier> verifier);
 
@@ -46,10 +47,10 @@ class replay_integrity {
 
   const trace& trace_;
   std::size_t verify_every_;
-  std::size_t alignment_;
+  std::uintptr_t alignment_mask_;  // alignment - 1 (a power of two)
   std::unique_ptr<replay_verifier> verifier_;
   live_block_index index_;
-  std::uint64_t allocations_ = 0;
+  std::size_t until_stamp_ = 0;  // allocations to go before the next stamp (a countdown: no division per op)
   std::uint64_t next_tag_ = 1;
   std::uint64_t overlap_checks_ = 0, overlaps_ = 0, misaligned_ = 0;
   std::uint64_t verified_blocks_ = 0, mismatched_words_ = 0;
