@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "gpu_test_support.hpp"
@@ -18,7 +19,9 @@ namespace {
 using testing_support::make_inner_target;
 using testing_support::wrapped_replay_target;
 
-const std::string examples = GPUMEM_EXAMPLES;
+// The binary may run on another machine than it was built on (the GPU machine gets it carried):
+// $GPUMEM_EXAMPLES there names the examples folder; the build tree's path is the fallback.
+const std::string examples = std::getenv("GPUMEM_EXAMPLES") ? std::getenv("GPUMEM_EXAMPLES") : GPUMEM_EXAMPLES;
 
 replay_options soak(const std::string& resource, std::size_t passes) {
   replay_options o;
