@@ -507,6 +507,8 @@ pool_stats pool::stats() const {
   s.upstream_releases = p.arena.upstream_releases();
   s.maps = p.arena.maps();
   s.unmaps = p.arena.unmaps();
+  s.map_calls = p.arena.map_calls();
+  s.unmap_calls = p.arena.unmap_calls();
   s.events_recorded = p.clock.events_recorded();
   return s;
 }
