@@ -24,6 +24,9 @@ struct replay_args {
   std::size_t passes = 1;
 };
 
+bool is_pool(const replay_result& r) { return r.resource.rfind("pool", 0) == 0 || r.resource.rfind("gpu-pool", 0) == 0; }
+double per_1000_ops(const replay_result& r, std::uint64_t n) { return r.ops ? 1000.0 * double(n) / double(r.ops) : 0.0; }
+
 nlohmann::json to_json(const replay_result& r) {
   nlohmann::json j{{"trace", r.trace},
                    {"resource", r.resource},
@@ -40,13 +43,25 @@ nlohmann::json to_json(const replay_result& r) {
     j["reserved_after_first_pass_bytes"] = r.reserved_after_first_pass_bytes;
     j["soak_growth"] = r.soak_growth;
   }
-  if (r.resource.rfind("pool", 0) == 0) {
+  if (is_pool(r)) {
     j["upstream_calls"] = r.stats.upstream_calls;
     j["maps"] = r.stats.maps;
     j["unmaps"] = r.stats.unmaps;
     j["events_recorded"] = r.stats.events_recorded;
+    j["map_calls"] = r.stats.map_calls;
+    j["unmap_calls"] = r.stats.unmap_calls;
+    j["map_unmap_calls_per_1000_ops"] = per_1000_ops(r, r.stats.map_calls + r.stats.unmap_calls);
+    j["granules_mapped_unmapped_per_1000_ops"] = per_1000_ops(r, r.stats.maps + r.stats.unmaps);
   }
   return j;
+}
+
+// The pool's driver work: on a GPU each granule mapped or unmapped costs tens of µs (design notes).
+void print_upstream(const replay_result& r) {
+  if (!is_pool(r)) return;
+  fmt::print("  upstream: {:.2f} map + unmap calls per 1000 ops ({:.2f} granules mapped or unmapped); {} upstream allocations\n",
+             per_1000_ops(r, r.stats.map_calls + r.stats.unmap_calls), per_1000_ops(r, r.stats.maps + r.stats.unmaps),
+             r.stats.upstream_calls);
 }
 
 int run(const replay_args& a) {
@@ -81,6 +96,7 @@ int run(const replay_args& a) {
                        ? fmt::format("  soak: reserved after pass 1 {} B, growth over {} passes {:+.3f}%",
                                      r.reserved_after_first_pass_bytes, a.passes, 100.0 * r.soak_growth)
                        : "");
+        print_upstream(r);
       }
     }
   }
