@@ -19,6 +19,11 @@ struct pool_stats {
   std::uint64_t upstream_releases = 0;
   std::uint64_t maps = 0;              // granules mapped (virtual upstreams)
   std::uint64_t unmaps = 0;
+  // Upstream map / unmap calls (virtual upstreams): each maps or unmaps a contiguous run of
+  // granules. On the GPU a map call is one cuMemMap per granule plus one cuMemSetAccess, an unmap
+  // call one cuMemUnmap.
+  std::uint64_t map_calls = 0;
+  std::uint64_t unmap_calls = 0;
   std::uint64_t events_recorded = 0;
   std::uint64_t front_hits = 0;        // requests served by a front cache without the arena
   double fragmentation() const noexcept {

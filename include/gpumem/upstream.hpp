@@ -45,6 +45,12 @@ class upstream {
   virtual void release_physical(physical_handle h, std::size_t bytes) noexcept = 0;
   // Maps `h` at `at` (granule aligned) and makes it accessible to the device.
   virtual void map(void* at, std::size_t bytes, physical_handle h) = 0;
+  // Maps `count` handles of `bytes_each` at consecutive places from `at`, all or none (throws and
+  // leaves nothing mapped). The default maps one at a time; the VMM upstream makes one
+  // cuMemSetAccess for the whole run instead of one per handle.
+  virtual void map_run(void* at, std::size_t bytes_each, const physical_handle* handles, std::size_t count);
+  // Unmaps [at, at + bytes): one mapping, or several laid end to end, each covered whole (one
+  // cuMemUnmap on the GPU either way).
   virtual void unmap(void* at, std::size_t bytes) noexcept = 0;
 
   // Zero-on-free (pool_options::zero_on_free): fills [p, p + bytes) with zeros, ordered on stream

@@ -26,16 +26,23 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   const std::size_t granules = range_bytes_ / granule_;
   granule_handle_.assign(granules, physical_handle{0});
   busy_.assign(granules, 0);
-  auto it = blocks_.emplace(range_base_, block{range_bytes_, 0, state::ready, 0, 0, {}}).first;
+  // The whole range starts as one unmapped ready block: one run.
+  auto it = blocks_.emplace(range_base_, block{range_bytes_, 0, state::ready, false, 0, 0, {}}).first;
   index_insert(it);
+  run_add(range_base_, range_bytes_);
 }
 
 arena::~arena() {
   if (virtual_) {
-    for (std::size_t g = 0; g < granule_handle_.size(); ++g) {
-      if (granule_handle_[g].value == 0) continue;
-      up_.unmap(reinterpret_cast<void*>(range_base_ + g * granule_), granule_);
-      up_.release_physical(granule_handle_[g], granule_);
+    for (std::size_t g = 0; g < granule_handle_.size();) {
+      if (granule_handle_[g].value == 0) {
+        ++g;
+        continue;
+      }
+      std::size_t e = g;
+      while (e < granule_handle_.size() && granule_handle_[e].value) ++e;
+      up_.unmap(reinterpret_cast<void*>(granule_addr(g)), (e - g) * granule_);  // one call per run
+      for (; g < e; ++g) up_.release_physical(granule_handle_[g], granule_);
     }
     for (auto h : spares_) up_.release_physical(h, granule_);
     up_.release_range(reinterpret_cast<void*>(range_base_), range_bytes_);
@@ -46,7 +53,8 @@ arena::~arena() {
 }
 
 arena::free_index& arena::index_of(const block& b) {
-  return b.st == state::ready ? ready_ : owned_[b.stream];
+  if (b.st == state::ready) return b.mapped ? ready_ : void_;
+  return owned_[b.stream];
 }
 void arena::index_insert(block_map::iterator it) { index_of(it->second).emplace(it->second.size, it->first); }
 void arena::index_erase(block_map::iterator it) {
@@ -60,7 +68,7 @@ void arena::index_erase(block_map::iterator it) {
 arena::block_map::iterator arena::coalesce(block_map::iterator it) {
   auto same_kind = [&](const block& a, const block& b) {
     if (a.segment != b.segment || a.st != b.st) return false;
-    return a.st == state::ready || (a.st == state::owned && a.stream == b.stream);
+    return (a.st == state::ready && a.mapped == b.mapped) || (a.st == state::owned && a.stream == b.stream);
   };
   if (it != blocks_.begin()) {
     auto prev = std::prev(it);
@@ -128,26 +136,100 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   auto base = reinterpret_cast<std::uintptr_t>(p);
   segments_.push_back({base, seg, true});
   segment_bytes_ += seg;
-  auto it = blocks_.emplace(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, 0, 0, {}}).first;
+  auto it = blocks_.emplace(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, true, 0, 0, {}}).first;
   index_insert(it);
   return true;
 }
 
 std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow, std::string* why) {
-  block_map::iterator it = blocks_.end();
+  if (!virtual_) return allocate_plain(size, alignment, s, may_grow, why);
+  // Best fit over the free runs this stream can use, by address alone — whether the memory under
+  // them is mapped does not choose the run — then, among the few best-fitting runs, the place that
+  // needs the fewest granules mapped. Placement that depends on the address layout only (and not
+  // on which granules happen to be mapped, nor on when other frees' events completed) repeats
+  // itself when the program does: a training loop's steps land where the last step's did, on
+  // granules still mapped, and stop costing driver calls (design notes).
+  std::uintptr_t start = 0;
+  std::size_t cost = 0;
+  if (!place(size, alignment, s, 4, start, cost) && !place(size, alignment, s, SIZE_MAX, start, cost)) {
+    set_why(why, "the reserved address range is exhausted");
+    return 0;
+  }
+  // Before paying for mapping: memory other streams freed may have become free for all.
+  if (cost > 0 && foreign_owned(s)) {
+    clock_.cover_all();
+    if (clock_.poll()) {
+      promote();
+      if (!place(size, alignment, s, 4, start, cost)) place(size, alignment, s, SIZE_MAX, start, cost);
+    }
+  }
+  if (!map_window(start, size, may_grow, why)) {
+    // When its granules cannot be had, the cheapest place anywhere may still fit (at the top of
+    // the mapped range, where the last granule is partly mapped): try that once.
+    std::uintptr_t other = 0;
+    std::size_t other_cost = 0;
+    if (!place(size, alignment, s, SIZE_MAX, other, other_cost) || other_cost >= cost ||
+        !map_window(other, size, may_grow, why))
+      return 0;
+    start = other;
+  }
+  return carve_window(start, size, s);
+}
+
+bool arena::foreign_owned(stream_ref s) const {
+  return owned_.size() > (owned_.count(s) ? 1u : 0u);
+}
+
+// Every granule under [start, start + size) is mapped and every block over it ready or owned by
+// `s`: they become one live block; what they had outside the window stays free as it was.
+std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, stream_ref s) {
+  const std::uintptr_t end = start + size;
+  auto it = block_at(start);
+  const std::uint32_t segment = it->second.segment;
+  auto split = [&](block_map::iterator b, std::uintptr_t at) {  // b (not indexed) keeps [.., at)
+    const block& x = b->second;
+    auto right = blocks_.emplace(at, block{b->first + x.size - at, x.segment, x.st, x.mapped, x.stream, x.seq, {}}).first;
+    b->second.size = at - b->first;
+    return right;
+  };
+  if (it->first < start) {
+    index_erase(it);
+    auto right = split(it, start);
+    index_insert(it);
+    it = right;
+  } else {
+    index_erase(it);
+  }
+  // `it` starts at `start` and is in no index.
+  for (;;) {
+    if (it->first + it->second.size > end) index_insert(split(it, end));
+    if (it->second.st == state::ready) add_busy(it->first, it->second.size, true);
+    const std::uintptr_t next_at = it->first + it->second.size;
+    it = blocks_.erase(it);
+    if (next_at >= end) break;
+    index_erase(it);
+  }
+  blocks_.emplace(start, block{size, segment, state::live, true, s, 0, {}});
+  run_remove(start, size);
+  high_water_ = std::max(high_water_, end - range_base_);
+  allocated_ += size;
+  return start;
+}
+
+arena::block_map::iterator arena::best_fit(std::size_t size, std::size_t alignment, stream_ref s) {
+  auto mine = owned_.find(s);
+  auto a = mine == owned_.end() ? blocks_.end() : find_fit(mine->second, size, alignment);
+  auto b = find_fit(ready_, size, alignment);
+  if (b != blocks_.end() && (a == blocks_.end() || b->second.size < a->second.size)) return b;
+  return a;
+}
+
+std::uintptr_t arena::allocate_plain(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow,
+                                     std::string* why) {
   bool covered = false, waited = false, released = false;
   for (;;) {
-    auto mine = owned_.find(s);
-    auto a = mine == owned_.end() ? blocks_.end() : find_fit(mine->second, size, alignment);
-    auto b = find_fit(ready_, size, alignment);
-    it = a;
-    if (b != blocks_.end() && (a == blocks_.end() || b->second.size < a->second.size)) it = b;
-    if (it != blocks_.end()) break;
-    if (virtual_) {
-      set_why(why, "the reserved address range is exhausted");
-      return 0;
-    }
-    // Plain upstream: memory other streams freed may be ready by now; then grow; then wait.
+    if (auto it = best_fit(size, alignment, s); it != blocks_.end()) return carve(it, align_up(it->first, alignment), size, s);
+    // Memory other streams freed may be ready by now; then grow; then wait.
     if (!covered) {
       covered = true;
       clock_.cover_all();
@@ -174,94 +256,113 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
     }
     return 0;
   }
+}
 
-  // Carve [start, start + size) out of the chosen free block. On a virtual upstream the best fit
-  // by address may need a granule that cannot be had while a placement at the top of the mapped
-  // range (where the last granule is partly mapped, and where the granules the best fit would
-  // have pinned stay idle for harvesting) can: when mapping fails, try the top block once.
-  std::uintptr_t start = align_up(it->first, alignment);
-  if (virtual_) choose_placement(it, start, size, alignment);
-  for (bool tried_top = false;; tried_top = true) {
-    const state was = it->second.st;
-    const stream_ref owner = it->second.stream;
-    const std::uint64_t seq = it->second.seq;
-    const std::uint32_t segment = it->second.segment;
-    index_erase(it);
-    if (start != it->first) {
-      std::size_t pad = start - it->first;
-      std::size_t rest = it->second.size - pad;
-      it->second.size = pad;
-      index_insert(it);
-      it = blocks_.emplace(start, block{rest, segment, was, owner, seq, {}}).first;
-    }
-    if (it->second.size > size) {
-      auto tail = blocks_.emplace(start + size, block{it->second.size - size, segment, was, owner, seq, {}}).first;
-      index_insert(tail);
-      it->second.size = size;
-    }
-    it->second.st = state::live;
-    it->second.stream = s;
-    if (virtual_) {
-      if (was == state::ready) add_busy(start, size, true);
-      if (!ensure_mapped(start, size, may_grow, why)) {
-        if (was == state::ready) add_busy(start, size, false);
-        it->second.st = was;
-        it->second.stream = owner;
-        it->second.seq = seq;
-        make_free(it);
-        auto top = std::prev(blocks_.end());
-        const std::uintptr_t top_start = align_up(top->first, alignment);
-        if (!tried_top && top->second.st == state::ready && top_start != start &&
-            top->first + top->second.size == range_base_ + range_bytes_ && top->second.size >= size + (top_start - top->first)) {
-          it = top;
-          start = top_start;
-          continue;
-        }
-        return 0;
-      }
-      high_water_ = std::max(high_water_, start + size - range_base_);
-    }
-    allocated_ += size;
-    return start;
+std::uintptr_t arena::carve(block_map::iterator it, std::uintptr_t start, std::size_t size, stream_ref s) {
+  const state was = it->second.st;
+  const bool mapped = it->second.mapped;  // true: plain blocks are always backed
+  const stream_ref owner = it->second.stream;
+  const std::uint64_t seq = it->second.seq;
+  const std::uint32_t segment = it->second.segment;
+  index_erase(it);
+  if (start != it->first) {
+    std::size_t pad = start - it->first;
+    std::size_t rest = it->second.size - pad;
+    it->second.size = pad;
+    index_insert(it);
+    it = blocks_.emplace(start, block{rest, segment, was, mapped, owner, seq, {}}).first;
   }
+  if (it->second.size > size) {
+    auto tail = blocks_.emplace(start + size, block{it->second.size - size, segment, was, mapped, owner, seq, {}}).first;
+    index_insert(tail);
+    it->second.size = size;
+  }
+  it->second.st = state::live;
+  it->second.stream = s;
+  allocated_ += size;
+  return start;
+}
+
+arena::block_map::iterator arena::block_at(std::uintptr_t a) {
+  auto it = blocks_.upper_bound(a);
+  return std::prev(it);
 }
 
 std::size_t arena::unmapped_granules(std::uintptr_t a, std::size_t n) const {
   std::size_t count = 0;
-  for (std::size_t g = (a - range_base_) / granule_; range_base_ + g * granule_ < a + n; ++g)
-    count += granule_handle_[g].value == 0;
+  for (std::size_t g = granule_of(a); granule_addr(g) < a + n; ++g) count += granule_handle_[g].value == 0;
   return count;
 }
 
-// Best fit chooses the hole; this chooses where in it, and among the next few holes of its size
-// class, the block goes: the place that needs the fewest granules mapped. Putting a block against
-// a live neighbour shares that neighbour's partly used granule instead of starting a new one;
-// it can only lower the granules a request maps (design notes).
-void arena::choose_placement(block_map::iterator& it, std::uintptr_t& start, std::size_t size, std::size_t alignment) {
-  free_index& idx = index_of(it->second);
-  auto c = idx.find({it->second.size, it->first});
-  std::size_t best_cost = SIZE_MAX;
-  for (int k = 0; c != idx.end() && k < 4; ++c, ++k) {
-    const std::uintptr_t lo = c->second, hi = c->second + c->first;
-    const std::uintptr_t first = align_up(lo, alignment);
-    if (first + size > hi) continue;
-    const std::uintptr_t last = (hi - size) & ~static_cast<std::uintptr_t>(alignment - 1);
-    for (std::uintptr_t at : {first, last}) {
-      const std::size_t cost = unmapped_granules(at, size);
-      if (cost < best_cost) {
-        best_cost = cost;
+// Runs are best-fit by size; a run with blocks another stream owns splits into the stretches
+// between them. Within a stretch the place that maps the fewest granules wins: against its start
+// or end, or against a mapped block inside it (a block against a live neighbour shares that
+// neighbour's partly used granule instead of starting a new one; one over idle granules maps none
+// of them). Ties go to the best-fitting run and its lowest such place. `runs` bounds the runs
+// that can hold the request looked at; SIZE_MAX looks at all, every block of them.
+bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::size_t runs, std::uintptr_t& start,
+                  std::size_t& cost) {
+  cost = SIZE_MAX;
+  const std::uintptr_t mask = ~static_cast<std::uintptr_t>(alignment - 1);
+  const bool all = runs == SIZE_MAX;
+  auto consider = [&](std::uintptr_t lo, std::uintptr_t hi, block_map::iterator first) {
+    if (hi - lo < size) return false;
+    bool fits = false;
+    auto try_at = [&](std::uintptr_t at) {
+      if (at < lo || at + size > hi) return;
+      fits = true;
+      const std::size_t c = unmapped_granules(at, size);
+      if (c < cost) {
+        cost = c;
         start = at;
-        it = blocks_.find(c->second);
       }
-      if (cost == 0) return;
+    };
+    try_at(align_up(lo, alignment));
+    try_at((hi - size) & mask);
+    int k = 0;
+    for (auto b = first; b != blocks_.end() && b->first < hi && (k < 16 || all) && cost; ++b, ++k) {
+      if (!b->second.mapped) continue;
+      try_at(align_up(b->first, alignment));
+      const std::uintptr_t e = b->first + b->second.size;
+      if (e - lo >= size) try_at((e - size) & mask);
     }
+    return fits;
+  };
+  const bool foreign = foreign_owned(s);
+  std::size_t seen = 0, looked = 0;
+  for (auto c = runs_.lower_bound({size, 0}); c != runs_.end() && seen < runs && cost; ++c) {
+    const std::uintptr_t hi = c->second + c->first;
+    auto first = blocks_.find(c->second);
+    bool fits = false;
+    if (foreign) {
+      std::uintptr_t lo = c->second;
+      std::size_t walked = 0;
+      for (auto b = first; b != blocks_.end() && b->first < hi; ++b) {
+        if (++walked > 64 && !all) {  // a long run: its first stretches are enough
+          fits |= consider(lo, b->first, first);
+          lo = hi;
+          break;
+        }
+        if (b->second.st == state::owned && b->second.stream != s) {
+          fits |= consider(lo, b->first, first);
+          lo = b->first + b->second.size;
+          first = std::next(b);
+        }
+      }
+      if (lo < hi) fits |= consider(lo, hi, first);
+    } else {
+      fits = consider(c->second, hi, first);
+    }
+    if (fits) ++seen;
+    if (++looked >= 64 && !all && seen) break;  // alignment kept failing: enough
   }
+  return cost != SIZE_MAX;
 }
 
 void arena::add_busy(std::uintptr_t a, std::size_t n, bool add) {
   std::uintptr_t end = a + n;
-  for (std::size_t g = (a - range_base_) / granule_; range_base_ + g * granule_ < end; ++g) {
-    std::uintptr_t gs = range_base_ + g * granule_;
+  for (std::size_t g = granule_of(a); granule_addr(g) < end; ++g) {
+    std::uintptr_t gs = granule_addr(g);
     std::size_t overlap = std::min<std::uintptr_t>(end, gs + granule_) - std::max(a, gs);
     if (add) {
       if (busy_[g] == 0 && granule_handle_[g].value) idle_.erase(g);
@@ -273,16 +374,114 @@ void arena::add_busy(std::uintptr_t a, std::size_t n, bool add) {
   }
 }
 
-void arena::harvest_one(std::size_t g, std::vector<physical_handle>& into) {
-  up_.unmap(reinterpret_cast<void*>(range_base_ + g * granule_), granule_);
-  into.push_back(granule_handle_[g]);
-  granule_handle_[g] = physical_handle{0};
-  idle_.erase(g);
-  --mapped_;
-  ++unmaps_;
+void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
+  auto it = block_at(a);
+  index_erase(it);
+  const std::uintptr_t end = it->first + it->second.size;
+  if (it->first < a) {
+    it->second.size = a - it->first;
+    index_insert(it);
+    it = blocks_.emplace(a, block{end - a, it->second.segment, state::ready, !mapped, 0, 0, {}}).first;
+  }
+  if (end > e) {
+    auto tail = blocks_.emplace(e, block{end - e, it->second.segment, state::ready, !mapped, 0, 0, {}}).first;
+    index_insert(tail);
+    it->second.size = e - a;
+  }
+  it->second.mapped = mapped;
+  make_free(it);  // merges with neighbours of its new kind
 }
 
-bool arena::take_physical(std::size_t count, bool may_grow, std::vector<physical_handle>& got, std::string* why) {
+void arena::run_add(std::uintptr_t a, std::size_t n) {
+  std::uintptr_t lo = a, hi = a + n;
+  auto next = run_at_.lower_bound(a);
+  if (next != run_at_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == a) {
+      lo = prev->first;
+      runs_.erase({prev->second, prev->first});
+      run_at_.erase(prev);
+    }
+  }
+  if (next != run_at_.end() && next->first == hi) {
+    hi += next->second;
+    runs_.erase({next->second, next->first});
+    run_at_.erase(next);
+  }
+  run_at_.emplace(lo, hi - lo);
+  runs_.emplace(hi - lo, lo);
+}
+
+void arena::run_remove(std::uintptr_t a, std::size_t n) {
+  auto r = std::prev(run_at_.upper_bound(a));
+  const std::uintptr_t lo = r->first, hi = r->first + r->second;
+  runs_.erase({r->second, r->first});
+  run_at_.erase(r);
+  if (lo < a) {
+    run_at_.emplace(lo, a - lo);
+    runs_.emplace(a - lo, lo);
+  }
+  if (a + n < hi) {
+    run_at_.emplace(a + n, hi - (a + n));
+    runs_.emplace(hi - (a + n), a + n);
+  }
+}
+
+void arena::map_run(std::size_t g0, const physical_handle* handles, std::size_t count) {
+  up_.map_run(reinterpret_cast<void*>(granule_addr(g0)), granule_, handles, count);
+  ++map_calls_;
+  for (std::size_t k = 0; k < count; ++k) {
+    granule_handle_[g0 + k] = handles[k];
+    idle_.insert(g0 + k);  // until the block over it is carved
+    ++mapped_;
+    ++maps_;
+  }
+  set_mapped(granule_addr(g0), granule_addr(g0 + count), true);
+}
+
+void arena::unmap_run(std::size_t g0, std::size_t g1, std::vector<physical_handle>& into) {
+  up_.unmap(reinterpret_cast<void*>(granule_addr(g0)), (g1 - g0) * granule_);
+  ++unmap_calls_;
+  for (std::size_t g = g0; g < g1; ++g) {
+    into.push_back(granule_handle_[g]);
+    granule_handle_[g] = physical_handle{0};
+    idle_.erase(g);
+    --mapped_;
+    ++unmaps_;
+  }
+  set_mapped(granule_addr(g0), granule_addr(g1), false);
+}
+
+// The victim is the highest idle granule outside the window, with the idle granules right below
+// it: contiguous idle granules lie in one mapped ready block, so the run is one unmap call. (Which
+// idle granules go made no difference to peak reserved on the shared traces: lowest first, least
+// recently idle first and smallest hole first were tried.) Within the idle budget only the idle
+// granules above it may go.
+std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget,
+                           std::vector<physical_handle>& into) {
+  if (idle_.empty() || want == 0) return 0;
+  if (within_budget && opts_.idle_budget > 0) {
+    const auto keep = static_cast<std::size_t>(opts_.idle_budget * double(allocated_)) / granule_;
+    if (idle_.size() <= keep) return 0;
+    want = std::min(want, idle_.size() - keep);
+  }
+  auto kept = [&](std::size_t g) { return g >= keep_lo && g < keep_hi; };
+  auto top = std::prev(idle_.end());
+  if (kept(*top)) {
+    auto below = idle_.lower_bound(keep_lo);
+    if (below == idle_.begin()) return 0;
+    top = std::prev(below);
+  }
+  const std::size_t g1 = *top + 1;
+  std::size_t g0 = *top;
+  auto idle = [&](std::size_t g) { return granule_handle_[g].value && busy_[g] == 0; };
+  while (g0 > 0 && g1 - g0 < want && idle(g0 - 1) && !kept(g0 - 1)) --g0;
+  unmap_run(g0, g1, into);
+  return g1 - g0;
+}
+
+bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, bool may_grow,
+                          std::vector<physical_handle>& got, std::string* why) {
   bool covered = false, waited = false;
   auto fail = [&](std::string text) {
     spares_.insert(spares_.end(), got.begin(), got.end());
@@ -296,11 +495,8 @@ bool arena::take_physical(std::size_t count, bool may_grow, std::vector<physical
       spares_.pop_back();
       continue;
     }
-    if (!idle_.empty()) {
-      // Same physical memory, mapped where it is needed now: no growth, no copy.
-      harvest_one(*idle_.rbegin(), got);
-      continue;
-    }
+    // Same physical memory, mapped where it is needed now: no growth, no copy.
+    if (harvest(count - got.size(), keep_lo, keep_hi, true, got)) continue;
     if (!covered) {
       covered = true;
       clock_.cover_all();
@@ -320,6 +516,8 @@ bool arena::take_physical(std::size_t count, bool may_grow, std::vector<physical
       got.push_back(*h);
       continue;
     }
+    // No growth: the idle granules the budget kept come before waiting and failing.
+    if (harvest(count - got.size(), keep_lo, keep_hi, false, got)) continue;
     if (!waited) {
       waited = true;
       if (clock_.wait_all()) {
@@ -333,24 +531,25 @@ bool arena::take_physical(std::size_t count, bool may_grow, std::vector<physical
   return true;
 }
 
-bool arena::ensure_mapped(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why) {
+bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why) {
+  const std::size_t g_lo = granule_of(a), g_hi = granule_of(a + n - 1) + 1;
   std::vector<std::size_t> missing;
-  for (std::size_t g = (a - range_base_) / granule_; range_base_ + g * granule_ < a + n; ++g)
+  for (std::size_t g = g_lo; g < g_hi; ++g)
     if (granule_handle_[g].value == 0) missing.push_back(g);
   if (missing.empty()) return true;
   std::vector<physical_handle> got;
-  if (!take_physical(missing.size(), may_grow, got, why)) return false;
-  for (std::size_t i = 0; i < missing.size(); ++i) {
-    const std::size_t g = missing[i];
+  if (!take_physical(missing.size(), g_lo, g_hi, may_grow, got, why)) return false;
+  // Consecutive missing granules lie in one unmapped block: one upstream call maps each run.
+  for (std::size_t i = 0; i < missing.size();) {
+    std::size_t j = i + 1;
+    while (j < missing.size() && missing[j] == missing[j - 1] + 1) ++j;
     try {
-      up_.map(reinterpret_cast<void*>(range_base_ + g * granule_), granule_, got[i]);
+      map_run(missing[i], got.data() + i, j - i);
     } catch (...) {
       spares_.insert(spares_.end(), got.begin() + static_cast<std::ptrdiff_t>(i), got.end());
       throw;
     }
-    granule_handle_[g] = got[i];
-    ++mapped_;
-    ++maps_;
+    i = j;
   }
   return true;
 }
@@ -372,6 +571,7 @@ bool arena::deallocate(std::uintptr_t addr, stream_ref s, const std::vector<stre
     it->second.st = state::owned;
     it->second.stream = s;
     it->second.seq = m.seq;
+    if (virtual_) run_add(it->first, it->second.size);
     make_free(it);
   }
   if (opts_.release_threshold_bytes != SIZE_MAX && reserved_bytes() - allocated_ > opts_.release_threshold_bytes)
@@ -402,7 +602,8 @@ void arena::promote() {
     index_erase(it);
     it->second.st = state::ready;
     it->second.stream = 0;
-    if (virtual_) add_busy(it->first, it->second.size, false);
+    it->second.mapped = true;
+    if (virtual_) add_busy(it->first, it->second.size, false);  // still in its run
     make_free(it);
   }
   for (std::size_t i = 0; i < waiting_.size();) {
@@ -412,7 +613,11 @@ void arena::promote() {
       it->second.st = state::ready;
       it->second.stream = 0;
       it->second.waits.clear();
-      if (virtual_) add_busy(it->first, it->second.size, false);
+      it->second.mapped = true;
+      if (virtual_) {
+        add_busy(it->first, it->second.size, false);
+        run_add(it->first, it->second.size);
+      }
       make_free(it);
       waiting_[i] = waiting_.back();
       waiting_.pop_back();
@@ -434,10 +639,12 @@ void arena::release(std::size_t keep_cached) {
       ++upstream_releases_;
     }
     while (cached() > keep_cached && !idle_.empty()) {
-      std::vector<physical_handle> one;
-      harvest_one(*idle_.rbegin(), one);
-      up_.release_physical(one.front(), granule_);
-      ++upstream_releases_;
+      std::vector<physical_handle> got;
+      harvest((cached() - keep_cached + granule_ - 1) / granule_, 0, 0, false, got);  // a run per call
+      for (auto h : got) {
+        up_.release_physical(h, granule_);
+        ++upstream_releases_;
+      }
     }
     return;
   }
@@ -459,37 +666,12 @@ std::size_t arena::reserved_bytes() const noexcept {
   return virtual_ ? (mapped_ + spares_.size()) * granule_ : segment_bytes_;
 }
 
+// Ready blocks in the index on a virtual upstream are mapped ones, and owned blocks are always
+// mapped: the largest of them is the largest mapped free block, as pool_stats documents.
 std::size_t arena::largest_free_block() const {
-  std::size_t best = 0;
-  // On a virtual upstream a free block may lie over unmapped granules (harvested, released, or
-  // the untouched top of the range): that is address space, not memory. Count the longest run of
-  // the block that is mapped, as pool_stats documents ("largest mapped free block").
-  auto mapped_run = [&](std::uintptr_t a, std::size_t n) {
-    std::size_t longest = 0, run = 0;
-    for (std::uintptr_t x = a; x < a + n;) {
-      const std::size_t g = (x - range_base_) / granule_;
-      const std::uintptr_t ge = std::min<std::uintptr_t>(a + n, range_base_ + (g + 1) * granule_);
-      run = granule_handle_[g].value ? run + (ge - x) : 0;
-      longest = std::max(longest, run);
-      x = ge;
-    }
-    return longest;
-  };
-  auto consider = [&](const free_index& idx) {
-    for (auto it = idx.rbegin(); it != idx.rend() && it->first > best; ++it) {
-      if (!virtual_) {
-        best = it->first;
-        break;
-      }
-      // The untouched top of the range is never mapped past the high-water mark: clip it.
-      std::size_t n = std::min<std::size_t>(it->first, range_base_ + align_up(high_water_, granule_) > it->second
-                                                           ? range_base_ + align_up(high_water_, granule_) - it->second
-                                                           : 0);
-      best = std::max(best, mapped_run(it->second, n));
-    }
-  };
-  consider(ready_);
-  for (const auto& [s, idx] : owned_) consider(idx);
+  std::size_t best = ready_.empty() ? 0 : ready_.rbegin()->first;
+  for (const auto& [s, idx] : owned_)
+    if (!idx.empty()) best = std::max(best, idx.rbegin()->first);
   return best;
 }
 
@@ -505,35 +687,31 @@ std::vector<oom_report::stream_cache> arena::owned_free_per_stream() const {
 }
 
 void arena::append_blocks(std::vector<block_info>& out) const {
+  const std::uintptr_t top = range_base_ + align_up(high_water_, granule_);
   for (const auto& [addr, b] : blocks_) {
     block_info bi{addr, b.size, block_info::state::cached, b.stream, b.segment};
-    if (b.st == state::live) {
-      bi.st = block_info::state::live;
+    if (b.st == state::live) bi.st = block_info::state::live;
+    if (b.mapped) {
       out.push_back(bi);
       continue;
     }
-    if (!virtual_) {
-      out.push_back(bi);
-      continue;
-    }
-    // Split a free range into its mapped and unmapped runs; stop at the high-water mark.
-    std::uintptr_t end = std::min<std::uintptr_t>(addr + b.size, range_base_ + align_up(high_water_, granule_));
-    std::uintptr_t x = addr;
-    while (x < end) {
-      std::size_t g = (x - range_base_) / granule_;
-      bool mapped = granule_handle_[g].value != 0;
-      std::uintptr_t run_end = x;
-      while (run_end < end && (granule_handle_[(run_end - range_base_) / granule_].value != 0) == mapped)
-        run_end = std::min<std::uintptr_t>(end, range_base_ + ((run_end - range_base_) / granule_ + 1) * granule_);
-      out.push_back({x, run_end - x, mapped ? block_info::state::cached : block_info::state::unmapped, b.stream, b.segment});
-      x = run_end;
-    }
+    // Unmapped ready memory; the untouched top of the range is cut at the high-water mark.
+    if (addr >= top) continue;
+    bi.bytes = std::min<std::uintptr_t>(addr + b.size, top) - addr;
+    bi.st = block_info::state::unmapped;
+    out.push_back(bi);
   }
 }
 
 void arena::check() const {
   auto fail = [](const std::string& what) { throw std::logic_error("arena invariant broken: " + what); };
-  std::size_t allocated = 0, ready_count = 0, owned_count = 0;
+  std::size_t allocated = 0, ready_count = 0, void_count = 0, owned_count = 0;
+  std::map<std::uintptr_t, std::size_t> runs;  // recounted: maximal stretches of free blocks
+  std::uintptr_t run_start = 0, run_end = 0;
+  auto close_run = [&] {
+    if (run_end > run_start) runs.emplace(run_start, run_end - run_start);
+    run_start = run_end = 0;
+  };
   std::vector<std::uint64_t> busy(busy_.size(), 0);
   std::uintptr_t expect = 0;
   std::uint32_t seg = UINT32_MAX;
@@ -549,13 +727,32 @@ void arena::check() const {
       fail(fmt::format("gap or overlap at {:#x} (expected {:#x})", addr, expect));
     }
     expect = addr + b.size;
-    if (prev && prev->st == b.st && (b.st == state::ready || (b.st == state::owned && prev->stream == b.stream)))
+    if (prev && prev->st == b.st &&
+        ((b.st == state::ready && prev->mapped == b.mapped) || (b.st == state::owned && prev->stream == b.stream)))
       fail(fmt::format("free neighbours at {:#x} were not coalesced", addr));
+    if ((b.st == state::ready || b.st == state::owned) && virtual_) {
+      if (run_end != addr) close_run();
+      if (run_end == 0) run_start = addr;
+      run_end = addr + b.size;
+    } else {
+      close_run();
+    }
+    if (!b.mapped && (!virtual_ || b.st != state::ready)) fail(fmt::format("block {:#x} is unmapped but not ready", addr));
+    if (virtual_ && b.st == state::ready) {
+      const std::size_t g0 = (addr - range_base_) / granule_, g1 = (addr + b.size - range_base_ + granule_ - 1) / granule_;
+      if (!b.mapped && ((addr - range_base_) % granule_ || b.size % granule_))
+        fail(fmt::format("unmapped block {:#x} is not whole granules", addr));
+      for (std::size_t g = g0; g < g1; ++g)
+        if ((granule_handle_[g].value != 0) != b.mapped)
+          fail(fmt::format("granule {} under {} ready block {:#x} is {}", g, b.mapped ? "mapped" : "unmapped", addr,
+                           b.mapped ? "unmapped" : "mapped"));
+    }
     switch (b.st) {
       case state::live: allocated += b.size; break;
       case state::ready:
-        ++ready_count;
-        if (!ready_.count({b.size, addr})) fail(fmt::format("ready block {:#x} missing from the index", addr));
+        ++(b.mapped ? ready_count : void_count);
+        if (!(b.mapped ? ready_ : void_).count({b.size, addr}))
+          fail(fmt::format("ready block {:#x} missing from the index", addr));
         break;
       case state::owned: {
         ++owned_count;
@@ -575,8 +772,14 @@ void arena::check() const {
     }
     prev = &b;
   }
+  close_run();
   if (allocated != allocated_) fail(fmt::format("allocated bytes {} != counted {}", allocated_, allocated));
-  if (ready_count != ready_.size()) fail("the ready index holds blocks that are not ready");
+  if (ready_count != ready_.size() || void_count != void_.size()) fail("a ready index holds blocks that are not ready");
+  if (virtual_) {
+    if (runs != run_at_ || runs_.size() != run_at_.size()) fail("the run index is off");
+    for (const auto& [a, n] : run_at_)
+      if (!runs_.count({n, a})) fail(fmt::format("run {:#x} missing from the size index", a));
+  }
   std::size_t owned_indexed = 0;
   for (const auto& [s, idx] : owned_) owned_indexed += idx.size();
   if (owned_count != owned_indexed) fail("an owned index holds blocks that are not owned");

@@ -10,11 +10,24 @@
 //
 // Physical memory on a virtual upstream: a granule must be mapped while any non-ready block (live,
 // stream-owned, waiting) overlaps it — `busy_` counts those bytes per granule. A mapped granule
-// with no busy byte is *idle*: ready free memory no stream can touch. When a request needs new
-// granules, the arena takes spares, then harvests idle granules (unmap, map again where needed:
-// same physical memory, no copy), and only then asks the upstream for more. Reserved memory is
-// therefore what is mapped or spare — not the height of the address range — and holes of the
-// wrong size in the range cost address space, not memory.
+// with no busy byte is *idle*: ready free memory no stream can touch. Ready blocks are split where
+// mapped granules meet unmapped ones, so each ready block is either mapped (every granule it
+// touches is mapped) or unmapped (whole granules, none mapped); a *run* is a maximal stretch of
+// free blocks (ready of either kind, or owned) side by side.
+//
+// The slow path (every granule mapped or unmapped is a driver call of tens of µs on a GPU):
+//  1. best fit by size among the runs the stream can use (ready blocks, its own owned blocks) —
+//     by address layout alone, so a program that repeats itself lands where it landed before;
+//  2. within the few best-fitting runs, the place that needs the fewest granules mapped (0 when
+//     it lies on mapped memory: no driver call at all);
+//  3. the granules it needs come from spares, then from idle granules elsewhere (harvest: a
+//     contiguous run unmapped in one call, mapped again here — same physical memory, no copy),
+//     and only then from the upstream (growth). Each contiguous run is mapped in one call.
+// Idle granules stay mapped until a request needs their memory elsewhere (or trim, or the release
+// threshold): reserved grows only when no spare and no idle granule is left (beyond the optional
+// idle budget), and a request that lands on mapped memory costs no driver call. Reserved memory
+// is therefore what is mapped or spare — not the height of the address range — and holes of the
+// wrong size cost address space, not memory.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,6 +48,7 @@ struct arena_options {
   std::size_t max_reserved_bytes = SIZE_MAX;
   std::size_t address_range_bytes = 0;
   std::size_t release_threshold_bytes = SIZE_MAX;
+  double idle_budget = 0.0;  // pool_options::idle_budget
 };
 
 class arena {
@@ -74,8 +88,10 @@ class arena {
 
   std::uint64_t upstream_calls() const noexcept { return upstream_calls_; }
   std::uint64_t upstream_releases() const noexcept { return upstream_releases_; }
-  std::uint64_t maps() const noexcept { return maps_; }
+  std::uint64_t maps() const noexcept { return maps_; }          // granules
   std::uint64_t unmaps() const noexcept { return unmaps_; }
+  std::uint64_t map_calls() const noexcept { return map_calls_; }  // upstream calls (runs)
+  std::uint64_t unmap_calls() const noexcept { return unmap_calls_; }
   bool is_virtual() const noexcept { return virtual_; }
 
  private:
@@ -84,6 +100,7 @@ class arena {
     std::size_t size;
     std::uint32_t segment;
     state st;
+    bool mapped;                 // ready on a virtual upstream: mapped or unmapped kind; else true
     stream_ref stream;           // live: allocating stream; owned: owner
     std::uint64_t seq;           // owned: the free's sequence on `stream`
     std::vector<stream_mark> waits;  // waiting: all must be met
@@ -97,15 +114,43 @@ class arena {
   void index_erase(block_map::iterator it);
   block_map::iterator coalesce(block_map::iterator it);
   block_map::iterator find_fit(free_index& idx, std::size_t size, std::size_t alignment);
+  // Plain upstreams: the best fit among `s`'s owned blocks and the ready blocks; owned wins a tie.
+  block_map::iterator best_fit(std::size_t size, std::size_t alignment, stream_ref s);
+  // Plain upstreams: makes [start, start + size) of the free block `it` live for `s`; the rest
+  // stays free.
+  std::uintptr_t carve(block_map::iterator it, std::uintptr_t start, std::size_t size, stream_ref s);
+  std::uintptr_t allocate_plain(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow, std::string* why);
   bool grow_segment(std::size_t size, std::string* why);
-  // Virtual upstreams: make every granule under [a, a+n) mapped; false if memory could not be had.
-  bool ensure_mapped(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why);
-  bool take_physical(std::size_t count, bool may_grow, std::vector<physical_handle>& got, std::string* why);
+  void make_free(block_map::iterator it);  // a block entering owned/ready: index + coalesce
+
+  // Virtual upstreams.
+  std::uintptr_t granule_addr(std::size_t g) const noexcept { return range_base_ + g * granule_; }
+  std::size_t granule_of(std::uintptr_t a) const noexcept { return (a - range_base_) / granule_; }
+  block_map::iterator block_at(std::uintptr_t a);  // the block containing `a`
+  // Where in a free run stream `s` can use [start, start + size) needs the fewest granules mapped,
+  // looking at up to `runs` of the best-fitting runs; false if none can hold it.
+  bool place(std::size_t size, std::size_t alignment, stream_ref s, std::size_t runs, std::uintptr_t& start,
+             std::size_t& cost);
+  bool foreign_owned(stream_ref s) const;  // another stream owns free blocks
+  std::uintptr_t carve_window(std::uintptr_t start, std::size_t size, stream_ref s);
+  // Maps every unmapped granule under [a, a + n) (ready memory); false if memory could not be had.
+  bool map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why);
+  // `count` physical granules: spares, then idle granules outside [keep_lo, keep_hi), then new.
+  bool take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, bool may_grow,
+                     std::vector<physical_handle>& got, std::string* why);
+  // Unmaps up to `want` idle granules outside [keep_lo, keep_hi), one contiguous run (one upstream
+  // call), handles into `into`; returns how many (0: no idle granule there, or, `within_budget`,
+  // none above the idle budget).
+  std::size_t harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget,
+                      std::vector<physical_handle>& into);
+  void map_run(std::size_t g0, const physical_handle* handles, std::size_t count);
+  void unmap_run(std::size_t g0, std::size_t g1, std::vector<physical_handle>& into);
+  // [a, e) — inside one ready block of the other kind — becomes mapped (or unmapped) ready memory.
+  void set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped);
+  void run_add(std::uintptr_t a, std::size_t n);     // [a, a + n) became free (owned or ready)
+  void run_remove(std::uintptr_t a, std::size_t n);  // [a, a + n), inside a run, became live
   void add_busy(std::uintptr_t a, std::size_t n, bool add);
   std::size_t unmapped_granules(std::uintptr_t a, std::size_t n) const;
-  void choose_placement(block_map::iterator& it, std::uintptr_t& start, std::size_t size, std::size_t alignment);
-  void harvest_one(std::size_t granule, std::vector<physical_handle>& into);
-  void make_free(block_map::iterator it);  // a block entering owned/ready: index + coalesce
 
   upstream& up_;
   stream_clock& clock_;
@@ -113,7 +158,8 @@ class arena {
   bool virtual_;
   std::size_t granule_;
   block_map blocks_;
-  free_index ready_;
+  free_index ready_;                     // ready blocks; on a virtual upstream the mapped ones
+  free_index void_;                      // virtual: unmapped ready blocks
   std::unordered_map<stream_ref, free_index> owned_;
   std::vector<std::uintptr_t> waiting_;  // addresses of waiting blocks
   std::vector<segment> segments_;
@@ -129,8 +175,11 @@ class arena {
   std::vector<physical_handle> spares_;
   std::size_t mapped_ = 0;                        // granules mapped
   std::size_t high_water_ = 0;                    // end of the highest block ever live, relative
+  // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
+  std::map<std::uintptr_t, std::size_t> run_at_;
+  free_index runs_;
 
-  std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0;
+  std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;
 };
 
 }  // namespace gpumem::detail

@@ -76,8 +76,10 @@ struct pool::impl {
         clock(o),
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
-                                    op.release_threshold_bytes}),
+                                    op.release_threshold_bytes, op.idle_budget}),
         slabs(arena, clock, std::min(op.small_max_bytes, std::size_t{1} << 20)) {
+    if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
+      throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));
     if (op.zero_on_free && !u.can_zero())
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));
@@ -507,6 +509,8 @@ pool_stats pool::stats() const {
   s.upstream_releases = p.arena.upstream_releases();
   s.maps = p.arena.maps();
   s.unmaps = p.arena.unmaps();
+  s.map_calls = p.arena.map_calls();
+  s.unmap_calls = p.arena.unmap_calls();
   s.events_recorded = p.clock.events_recorded();
   return s;
 }

@@ -72,24 +72,42 @@ void vmm_upstream::release_physical(physical_handle h, std::size_t bytes) noexce
   physical_bytes_ -= bytes;
 }
 
-void vmm_upstream::map(void* at, std::size_t bytes, physical_handle h) {
+void vmm_upstream::map(void* at, std::size_t bytes, physical_handle h) { map_run(at, bytes, &h, 1); }
+
+// A run of handles at consecutive places: one cuMemMap each (a mapping covers one whole handle),
+// then one cuMemSetAccess for the whole run — as NVIDIA's vectorAddMMAP sample does for its
+// stripes — instead of one per handle. All or none: a failure unmaps what this call mapped.
+void vmm_upstream::map_run(void* at, std::size_t bytes_each, const physical_handle* handles, std::size_t count) {
+  if (count == 0) return;
   const driver_api& d = driver();
-  GPUMEM_CU_CHECK(d.mem_map(as_device_ptr(at), bytes, 0,
-                            static_cast<CUmemGenericAllocationHandle>(h.value), 0));
+  const CUdeviceptr base = as_device_ptr(at);
+  std::size_t done = 0;
+  auto undo = [&] {
+    if (done) (void)d.mem_unmap(base, done * bytes_each);  // whole mappings laid end to end
+  };
+  for (; done < count; ++done) {
+    const CUresult rc = d.mem_map(base + done * bytes_each, bytes_each, 0,
+                                  static_cast<CUmemGenericAllocationHandle>(handles[done].value), 0);
+    if (rc != CUDA_SUCCESS) {
+      undo();
+      GPUMEM_CU_CHECK(rc);
+    }
+  }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device_;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const CUresult rc = d.mem_set_access(as_device_ptr(at), bytes, &access, 1);
+  const CUresult rc = d.mem_set_access(base, count * bytes_each, &access, 1);
   if (rc != CUDA_SUCCESS) {
-    (void)d.mem_unmap(as_device_ptr(at), bytes);  // never leave a mapping the device can't use
+    undo();  // never leave a mapping the device can't use
     GPUMEM_CU_CHECK(rc);
   }
-  mapped_bytes_ += bytes;
+  mapped_bytes_ += count * bytes_each;
 }
 
 void vmm_upstream::unmap(void* at, std::size_t bytes) noexcept {
-  // cuMemUnmap waits for nothing: the pool only unmaps ranges no pending work can touch.
+  // cuMemUnmap waits for nothing: the pool only unmaps ranges no pending work can touch. One call
+  // covers a run of whole mappings laid end to end (the pool's batched harvest).
   const CUresult rc = driver().mem_unmap(as_device_ptr(at), bytes);
   if (rc != CUDA_SUCCESS) {
     std::fprintf(stderr, "gpumem: vmm_upstream: cuMemUnmap(%p, %zu) failed: %s\n", at, bytes,

@@ -149,14 +149,22 @@ class sim_upstream final : public upstream {
       throw std::logic_error(fmt::format("sim: map at {:#x} overlaps an existing mapping", a));
     s_.mappings.emplace(a, std::pair{bytes, h.value});
   }
+  // Like cuMemUnmap: the range is one mapping or several laid end to end, each covered whole.
   void unmap(void* at, std::size_t bytes) noexcept override {
     std::lock_guard lock(s_.m);
-    auto it = s_.mappings.find(reinterpret_cast<std::uintptr_t>(at));
-    if (it == s_.mappings.end() || it->second.first != bytes) {
-      report_misuse({misuse_kind::unknown_pointer, at, bytes, 0, "sim: unmap of a range that is not mapped"});
+    const auto a = reinterpret_cast<std::uintptr_t>(at);
+    auto first = s_.mappings.find(a), it = first;
+    std::uintptr_t x = a;
+    while (it != s_.mappings.end() && it->first == x && x < a + bytes) {
+      x += it->second.first;
+      ++it;
+    }
+    if (bytes == 0 || x != a + bytes) {
+      report_misuse({misuse_kind::unknown_pointer, at, bytes, 0,
+                     "sim: unmap of a range that is not whole mappings laid end to end"});
       return;
     }
-    s_.mappings.erase(it);
+    s_.mappings.erase(first, it);
   }
 
  private:

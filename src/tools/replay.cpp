@@ -38,6 +38,8 @@ std::function<std::string(const std::string&)> count_at_least(std::uint64_t mini
     }
   };
 }
+bool is_pool(const replay_result& r) { return r.resource.rfind("pool", 0) == 0 || r.resource.rfind("gpu-pool", 0) == 0; }
+double per_1000_ops(const replay_result& r, std::uint64_t n) { return r.ops ? 1000.0 * double(n) / double(r.ops) : 0.0; }
 
 nlohmann::json to_json(const replay_result& r) {
   nlohmann::json j{{"trace", r.trace},
@@ -72,11 +74,15 @@ nlohmann::json to_json(const replay_result& r) {
     j["integrity_mismatches"] = r.integrity_mismatches();
     j["integrity_notes"] = r.integrity_notes;
   }
-  if (r.resource.rfind("pool", 0) == 0) {
+  if (is_pool(r)) {
     j["upstream_calls"] = r.stats.upstream_calls;
     j["maps"] = r.stats.maps;
     j["unmaps"] = r.stats.unmaps;
     j["events_recorded"] = r.stats.events_recorded;
+    j["map_calls"] = r.stats.map_calls;
+    j["unmap_calls"] = r.stats.unmap_calls;
+    j["map_unmap_calls_per_1000_ops"] = per_1000_ops(r, r.stats.map_calls + r.stats.unmap_calls);
+    j["granules_mapped_unmapped_per_1000_ops"] = per_1000_ops(r, r.stats.maps + r.stats.unmaps);
   }
   return j;
 }
@@ -96,6 +102,14 @@ void print_soak(const replay_result& r) {
                                    : fmt::format("1 in {} allocations", r.verify_every),
              r.overlaps, r.misaligned, r.mismatched_words, r.integrity_mismatches() ? "FAILED" : "ok");
   for (const auto& n : r.integrity_notes) fmt::print("    {}\n", n);
+}
+
+// The pool's driver work: on a GPU each granule mapped or unmapped costs tens of µs (design notes).
+void print_upstream(const replay_result& r) {
+  if (!is_pool(r)) return;
+  fmt::print("  upstream: {:.2f} map + unmap calls per 1000 ops ({:.2f} granules mapped or unmapped); {} upstream allocations\n",
+             per_1000_ops(r, r.stats.map_calls + r.stats.unmap_calls), per_1000_ops(r, r.stats.maps + r.stats.unmaps),
+             r.stats.upstream_calls);
 }
 
 int run(const replay_args& a) {
@@ -132,6 +146,7 @@ int run(const replay_args& a) {
                    r.peak_live_bytes, r.peak_reserved_bytes, r.fragmentation, r.ns_per_op, r.failed_allocs,
                    a.min_capacity ? fmt::format("  {:>14}", minimum) : "");
         print_soak(r);
+        print_upstream(r);
       }
     }
   }

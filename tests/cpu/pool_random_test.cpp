@@ -1,8 +1,8 @@
 // A long randomized sequence against the shadow model: log-uniform sizes 1 B .. 64 MiB, random
 // power-of-two alignments up to 2 MiB, 4 simulated streams, frees in random order (sometimes on
 // another stream), record_use, stream completion, trim, and out-of-memory under a small capacity.
-// Cheap checks after every step, the O(blocks) ones every 1000 steps. 6 configurations x 300,000
-// operations = 1.8 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
+// Cheap checks after every step, the O(blocks) ones every 1000 steps. 7 configurations x 300,000
+// operations = 2.1 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -23,6 +23,7 @@ struct cfg {
   std::size_t small_max;
   std::size_t release_threshold;
   std::uint64_t seed;
+  double idle_budget = 0.0;
 };
 
 std::uint64_t ops_per_config() {
@@ -37,6 +38,7 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   pool_options po;
   po.small_max_bytes = c.small_max;
   po.release_threshold_bytes = c.release_threshold;
+  po.idle_budget = c.idle_budget;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .virtual_memory = c.virtual_memory}, po);
   stream_ref streams[4];
   for (auto& s : streams) s = r.dev->create_stream();
@@ -100,7 +102,8 @@ constexpr std::size_t keep_all = SIZE_MAX;
 INSTANTIATE_TEST_SUITE_P(
     Pool, RandomSequence,
     ::testing::Values(cfg{"Virtual", true, 64 << 10, keep_all, 1}, cfg{"VirtualNoSlabs", true, 0, keep_all, 2},
-                      cfg{"VirtualRelease0", true, 64 << 10, 0, 3}, cfg{"Segments", false, 64 << 10, keep_all, 4},
+                      cfg{"VirtualRelease0", true, 64 << 10, 0, 3}, cfg{"VirtualIdleBudget", true, 64 << 10, keep_all, 7, 0.5},
+                      cfg{"Segments", false, 64 << 10, keep_all, 4},
                       cfg{"SegmentsNoSlabs", false, 0, keep_all, 5}, cfg{"SegmentsRelease0", false, 64 << 10, 0, 6}),
     [](const auto& info) { return std::string(info.param.name); });
 

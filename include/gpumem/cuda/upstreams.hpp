@@ -68,8 +68,9 @@ class async_upstream final : public plain_cuda_upstream {
 };
 
 // Virtual shape over the driver's VMM API: reserve_range = cuMemAddressReserve, create_physical =
-// cuMemCreate (pinned device memory), map = cuMemMap + cuMemSetAccess (read/write for the device),
-// unmap = cuMemUnmap, release_physical = cuMemRelease. Granularity: the device's minimum
+// cuMemCreate (pinned device memory), map = cuMemMap + cuMemSetAccess (read/write for the device;
+// map_run: one cuMemMap per handle and one cuMemSetAccess for the run), unmap = cuMemUnmap (a run
+// of whole mappings in one call), release_physical = cuMemRelease. Granularity: the device's minimum
 // (CU_MEM_ALLOC_GRANULARITY_MINIMUM; 2 MiB on current GPUs).
 class vmm_upstream final : public upstream {
  public:
@@ -86,6 +87,8 @@ class vmm_upstream final : public upstream {
   std::optional<physical_handle> create_physical(std::size_t bytes) override;
   void release_physical(physical_handle h, std::size_t bytes) noexcept override;
   void map(void* at, std::size_t bytes, physical_handle h) override;
+  // One cuMemMap per handle, one cuMemSetAccess for the run.
+  void map_run(void* at, std::size_t bytes_each, const physical_handle* handles, std::size_t count) override;
   void unmap(void* at, std::size_t bytes) noexcept override;
   bool can_zero() const noexcept override { return true; }
   void zero(void* p, std::size_t bytes, stream_ref s) override;  // cudaMemsetAsync
