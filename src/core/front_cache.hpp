@@ -4,15 +4,28 @@
 // cache, whose lock no other thread takes in the common case: no shared cache line, so threads
 // scale.
 //
+// Bins are by size class (8 per doubling, size_class.hpp). A small request is rounded to its class
+// before it reaches the front cache, so every slot of that class serves it; a large one (an arena
+// block, 256 B steps) takes only a block of exactly its size. A bin holds at most `bin_limit`
+// blocks. When a bin runs dry the front cache refills it with a batch of free slots from its
+// stream's slabs, and when it overflows it hands the older half back, each batch under one shard
+// lock (slab_cache.hpp), not the pool's lock: threads on different streams share no lock at all.
+//
 // Why it stays correct with streams: a block enters the bin of the stream it was freed on, and a
 // bin serves only requests on that same stream. Work on one stream runs in order, so the new
-// owner's work cannot start before the old owner's work on that stream has finished. A block never
-// leaves a bin for another stream: when the pool flushes a front cache (pressure, trim), each block
-// goes back to the slab cache or arena as freed on its bin's stream, and from there the stream
-// clock's events decide when other streams may have it.
-#include <atomic>
+// owner's work cannot start before the old owner's work on that stream has finished. A refill
+// takes only free slots of slabs the bin's stream owns, which that stream may use at once (a slot
+// freed on another stream reaches its slab only after the stream clock says so), and a trimmed
+// slot goes back only to a slab its bin's stream owns, as a free on that stream; any other block
+// leaves a bin only through the pool's lock. A block never leaves a bin for another stream: when
+// the pool flushes a front cache (pressure, trim), each block goes back to the slab cache or arena
+// as freed on its bin's stream, and from there the stream clock's events decide when other streams
+// may have it.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/front_lock.hpp"
@@ -23,34 +36,72 @@
 namespace gpumem::detail {
 
 struct slab;
+struct slab_shard;
 
 // What the pool knows of one live allocation.
 struct live_entry {
   std::size_t bytes = 0;        // as requested
   std::size_t block_bytes = 0;  // what the block really is: a slot's size or an arena block's
-  std::uint32_t alignment = 0;  // as requested (at least 256)
-  bool used_elsewhere = false;  // record_use named another stream: never cached in a bin
   stream_ref stream = 0;        // the allocating stream
-  slab* sl = nullptr;           // the slot's slab; nullptr: an arena block of align_up(bytes, 256)
+  slab* sl = nullptr;           // the slot's slab; nullptr: an arena block
+  std::uint32_t slot = 0;       // the slot's index in `sl`
+  std::uint16_t bin = 0;        // bin_of(block_bytes)
+  std::uint8_t align_log2 = 8;  // as requested (at least 256)
+  bool used_elsewhere = false;  // record_use named another stream: never cached in a bin
+  std::size_t alignment() const noexcept { return std::size_t{1} << align_log2; }
 };
 
 struct cached_block {
   std::uintptr_t addr;
   std::size_t size;  // arena size (multiple of 256) or slot size
   slab* sl;
+  std::uint32_t slot;
+};
+
+// Classes for bins: the small ones, then 8 per doubling, up to 2^47 bytes.
+inline std::size_t bin_of(std::size_t size) noexcept { return size_class_of(size); }
+
+// Most blocks one bin keeps: about 200 / cbrt(size), 2 to 32. A bin's count moves like a random
+// walk when sizes come and go at random; refilling and trimming to half the limit makes the walk
+// last about (limit/2)^2 steps between two batches, and this shape spends a fixed byte budget where
+// it buys the most steps (measured: one batch per ~30 operations on the threads pattern, its front
+// caches holding ~25 MiB).
+inline std::uint32_t bin_limit_for(std::size_t block_bytes) noexcept {
+  const double lim = 400.0 / std::cbrt(static_cast<double>(block_bytes));
+  return static_cast<std::uint32_t>(std::clamp(lim, 2.0, 32.0));
+}
+
+// One class's blocks for one stream, newest last.
+struct bin {
+  std::unique_ptr<cached_block[]> items;
+  std::uint32_t count = 0;
+  std::uint32_t limit = 0;  // 0: not set up yet
 };
 
 // Bins of one stream in one front cache.
 struct stream_bins {
   stream_ref stream = 0;
   std::size_t cached_bytes = 0;
-  std::vector<std::vector<cached_block>> bins;  // by size class (small and large share the index)
+  slab_shard* shard = nullptr;  // the stream's slab shard, once the pool has looked it up
+  std::vector<bin> bins;        // by bin_of (small and large share the index)
+
+  bin& bin_at(std::size_t b) {
+    if (b < bins.size() && bins[b].limit) [[likely]]
+      return bins[b];
+    return set_up(b);
+  }
+
+ private:
+  [[gnu::noinline]] bin& set_up(std::size_t b) {
+    if (b >= bins.size()) bins.resize(b + 1);
+    bin& x = bins[b];
+    x.limit = bin_limit_for(size_class_bytes(b));
+    x.items = std::make_unique<cached_block[]>(x.limit);
+    return x;
+  }
 };
 
-// Classes for bins of large blocks: 8 per doubling above the small ones, up to 2^47 bytes.
-inline std::size_t bin_of(std::size_t size) noexcept { return size_class_of(size); }
-
-class front_cache {
+class alignas(64) front_cache {
  public:
   front_lock lock;  // see front_lock.hpp: cheap for the owning thread
   pointer_map<live_entry> live;
@@ -61,49 +112,61 @@ class front_cache {
   std::uint64_t hits = 0, fast_frees = 0;  // served / taken back without the pool's lock
 
   stream_bins& bins_for(stream_ref s) {
-    if (last_ < streams.size() && streams[last_].stream == s) return streams[last_];
-    for (std::size_t i = 0; i < streams.size(); ++i)
-      if (streams[i].stream == s) return streams[last_ = i];
-    streams.push_back(stream_bins{s, 0, {}});
-    last_ = streams.size() - 1;
-    return streams.back();
+    if (last_ && last_->stream == s) [[likely]]
+      return *last_;
+    return find_bins(s);
   }
-  // Pops a cached block of exactly `size` bytes (and `alignment`) for stream `s`; 0 if none.
-  cached_block pop(stream_ref s, std::size_t size, std::size_t alignment) {
-    stream_bins& sb = bins_for(s);
-    const std::size_t b = bin_of(size);
-    if (b >= sb.bins.size()) return {0, 0, nullptr};
-    auto& bin = sb.bins[b];
-    // Newest first (warm in cache, likeliest the same size); a few probes at most.
-    for (std::size_t k = 0; k < bin.size() && k < 4; ++k) {
-      cached_block& c = bin[bin.size() - 1 - k];
-      if (c.size == size && c.addr % alignment == 0) {
-        cached_block out = c;
-        c = bin.back();
-        bin.pop_back();
+  // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); addr 0 if none.
+  static cached_block pop(stream_bins& sb, std::size_t b, std::size_t size, std::size_t alignment) {
+    if (b < sb.bins.size()) [[likely]] {
+      bin& x = sb.bins[b];
+      // Newest first: warm in cache, and in a small class every block fits.
+      if (x.count) [[likely]] {
+        const cached_block& top = x.items[x.count - 1];
+        if (top.size == size && (top.addr & (alignment - 1)) == 0) [[likely]] {
+          --x.count;
+          sb.cached_bytes -= size;
+          return top;
+        }
+        return probe(sb, x, size, alignment);
+      }
+    }
+    return {0, 0, nullptr, 0};
+  }
+  // A few blocks below the top: a large class's blocks differ in size.
+  [[gnu::noinline]] static cached_block probe(stream_bins& sb, bin& x, std::size_t size, std::size_t alignment) {
+    const std::uint32_t stop = x.count > 4 ? x.count - 4 : 0;
+    for (std::uint32_t k = x.count - 1; k > stop; --k) {
+      cached_block& c = x.items[k - 1];
+      if (c.size == size && (c.addr & (alignment - 1)) == 0) {
+        const cached_block out = c;
+        c = x.items[--x.count];
         sb.cached_bytes -= out.size;
         return out;
       }
     }
-    return {0, 0, nullptr};
+    return {0, 0, nullptr, 0};
   }
-  // Caches a freed block for stream `s` unless that would pass the limits; false: not cached.
-  bool push(stream_ref s, const cached_block& c, std::size_t max_bytes, std::size_t max_per_bin) {
-    stream_bins& sb = bins_for(s);
-    // One block of any size is always welcome, so a loop over one big tensor stays fast; past
-    // that the byte budget holds.
+  // Caches a freed block in bin `b` unless the bin is full or the byte budget would be passed;
+  // false: not cached. One block of any size is always welcome, so a loop over one big tensor
+  // stays fast; past that the byte budget holds.
+  static bool push(stream_bins& sb, std::size_t b, const cached_block& c, std::size_t max_bytes) {
     if (sb.cached_bytes != 0 && sb.cached_bytes + c.size > max_bytes) return false;
-    const std::size_t b = bin_of(c.size);
-    if (b >= sb.bins.size()) sb.bins.resize(b + 1);
-    auto& bin = sb.bins[b];
-    if (bin.size() >= max_per_bin) return false;
-    bin.push_back(c);
+    bin& x = sb.bin_at(b);
+    if (x.count >= x.limit) return false;
+    x.items[x.count++] = c;
     sb.cached_bytes += c.size;
     return true;
   }
 
  private:
-  std::size_t last_ = 0;
+  [[gnu::noinline]] stream_bins& find_bins(stream_ref s) {
+    for (auto& sb : streams)
+      if (sb.stream == s) return *(last_ = &sb);
+    streams.push_back(stream_bins{s, 0, nullptr, {}});
+    return *(last_ = &streams.back());  // a new element may have moved the others: renew last_
+  }
+  stream_bins* last_ = nullptr;  // the stream of the latest call, most likely the next one's
 };
 
 }  // namespace gpumem::detail

@@ -14,14 +14,14 @@ class pointer_map {
  public:
   pointer_map() { rehash(64); }
 
-  V* find(std::uintptr_t key) noexcept {
+  [[gnu::always_inline]] V* find(std::uintptr_t key) noexcept {
     for (std::size_t i = slot_of(key);; i = (i + 1) & mask_) {
       if (slots_[i].key == key) return &slots_[i].value;
       if (slots_[i].key == 0) return nullptr;
     }
   }
-  void insert(std::uintptr_t key, const V& value) {
-    if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.size() * 2);
+  [[gnu::always_inline]] void insert(std::uintptr_t key, const V& value) {
+    if ((size_ + 1) * 2 > mask_ + 1) [[unlikely]] grow();
     std::size_t i = slot_of(key);
     while (slots_[i].key != 0) i = (i + 1) & mask_;
     slots_[i] = {key, value};
@@ -33,17 +33,14 @@ class pointer_map {
       if (slots_[i].key == 0) return false;
       i = (i + 1) & mask_;
     }
-    // Shift later members of the probe run back so no lookup stops early at the hole.
-    for (std::size_t j = (i + 1) & mask_; slots_[j].key != 0; j = (j + 1) & mask_) {
-      const std::size_t home = slot_of(slots_[j].key);
-      if (((j - home) & mask_) >= ((j - i) & mask_)) {
-        slots_[i] = slots_[j];
-        i = j;
-      }
-    }
-    slots_[i].key = 0;
-    --size_;
+    erase_index(i);
     return true;
+  }
+  // Erases the member whose value `find` returned, without probing again. `v` must be that
+  // pointer, and nothing may have been inserted or erased since.
+  [[gnu::always_inline]] void erase_found(V* v) noexcept {
+    erase_index(static_cast<std::size_t>(reinterpret_cast<slot*>(reinterpret_cast<char*>(v) - offsetof(slot, value)) -
+                                         slots_.data()));
   }
   std::size_t size() const noexcept { return size_; }
   template <class F>
@@ -57,9 +54,22 @@ class pointer_map {
     std::uintptr_t key = 0;  // 0: empty (no allocation lives at address 0)
     V value{};
   };
+  void erase_index(std::size_t i) noexcept {
+    // Shift later members of the probe run back so no lookup stops early at the hole.
+    for (std::size_t j = (i + 1) & mask_; slots_[j].key != 0; j = (j + 1) & mask_) {
+      const std::size_t home = slot_of(slots_[j].key);
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i].key = 0;
+    --size_;
+  }
   std::size_t slot_of(std::uintptr_t key) const noexcept {
     return static_cast<std::size_t>(((key >> 8) * 0x9E3779B97F4A7C15ull) >> shift_);
   }
+  [[gnu::noinline]] void grow() { rehash((mask_ + 1) * 2); }
   void rehash(std::size_t n) {
     std::vector<slot> old = std::move(slots_);
     slots_.assign(n, slot{});

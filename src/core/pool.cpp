@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
@@ -25,7 +26,6 @@ constexpr std::size_t absurd_bytes = std::size_t{1} << 47;
 // With several threads, each front cache adds its live bytes to the shared figure in steps of
 // this much, so threads do not fight over one counter; the peak is then exact to threads × this.
 constexpr std::ptrdiff_t publish_quantum = std::ptrdiff_t{1} << 20;
-constexpr std::size_t max_per_bin = 32;
 
 // Pools are told apart in thread-local storage by an id never reused, so a thread's entry for a
 // destroyed pool can never match a new one at the same address.
@@ -47,37 +47,44 @@ thread_local std::vector<tls_front> tls_fronts;
 }  // namespace
 
 struct pool::impl {
-  pool_options opts;
+  // Read on every allocate and free, written never (front_count: once per new thread): one line
+  // of their own, so the slow path's writes (the lock, counters) do not pull it from other cores.
+  alignas(64) pool_options opts;
   upstream& up;
   ordering& ord;
   const std::size_t granule;  // the upstream's, asked once: checked on every allocate
+  const std::size_t small_max;
   const std::uint64_t id;
   const bool bins_enabled;
-  mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
+  const bool zero_on_free;
+  std::atomic<std::size_t> front_count{0};
+
+  alignas(64) mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
   detail::stream_clock clock;
   detail::arena arena;
   detail::slab_cache slabs;
   std::vector<std::unique_ptr<detail::front_cache>> fronts;
-  std::atomic<std::size_t> front_count{0};
   std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use, under m
   pool_stats st;                               // slow-path counters, under m
-  std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
-  std::atomic<std::size_t> shared_peak{0};
+  alignas(64) std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
+  alignas(64) std::atomic<std::size_t> shared_peak{0};
   // Arena bytes a thread has taken out of its front cache and not yet given back under m.
-  std::atomic<std::size_t> in_transit_bytes{0};
+  alignas(64) std::atomic<std::size_t> in_transit_bytes{0};
 
   impl(upstream& u, ordering& o, const pool_options& op)
       : opts(op),
         up(u),
         ord(o),
         granule(u.granularity()),
+        small_max(std::min(op.small_max_bytes, std::size_t{1} << 20)),
         id(next_pool_id.fetch_add(1)),
         bins_enabled(op.front_cache),
+        zero_on_free(op.zero_on_free),
         clock(o),
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
                                     op.release_threshold_bytes, op.idle_budget}),
-        slabs(arena, clock, std::min(op.small_max_bytes, std::size_t{1} << 20)) {
+        slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));
     if (op.zero_on_free && !u.can_zero())
@@ -97,8 +104,12 @@ struct pool::impl {
   }
 
   detail::front_cache& my_front() {
+    if (tls_last.pool_id == id) [[likely]]
+      return *tls_last.fc;
+    return find_front();
+  }
+  [[gnu::noinline]] detail::front_cache& find_front() {
     if (!bins_enabled) return *fronts.front();
-    if (tls_last.pool_id == id) return *tls_last.fc;
     for (const auto& t : tls_fronts)
       if (t.pool_id == id) {
         tls_last = t;
@@ -124,14 +135,16 @@ struct pool::impl {
   // Accounts a front cache's change of live bytes (already applied to fc.live_bytes), under its
   // lock. With one front cache its own figures are the pool's: no shared write at all. With
   // several, each publishes to the shared figure in steps of publish_quantum.
-  void account(detail::front_cache& fc, std::ptrdiff_t delta) {
+  [[gnu::always_inline]] void account(detail::front_cache& fc, std::ptrdiff_t delta) {
     if (fc.live_bytes > fc.peak_live) fc.peak_live = fc.live_bytes;
-    if (front_count.load(std::memory_order_relaxed) <= 1) return;
+    if (front_count.load(std::memory_order_relaxed) <= 1) [[likely]]
+      return;
     fc.unpublished += delta;
-    if (fc.unpublished < publish_quantum && fc.unpublished > -publish_quantum) return;
+    if (fc.unpublished < publish_quantum && fc.unpublished > -publish_quantum) [[likely]]
+      return;
     publish(fc);
   }
-  void publish(detail::front_cache& fc) {
+  [[gnu::noinline]] void publish(detail::front_cache& fc) {
     const std::ptrdiff_t now = shared_live.fetch_add(fc.unpublished, std::memory_order_relaxed) + fc.unpublished;
     fc.unpublished = 0;
     raise_peak(now > 0 ? static_cast<std::size_t>(now) : 0);
@@ -194,19 +207,88 @@ struct pool::impl {
     for (auto& f : fronts) {
       std::lock_guard flock(f->lock);
       for (auto& sb : f->streams) {
-        for (auto& bin : sb.bins) {
-          for (const auto& c : bin) {
+        for (auto& x : sb.bins) {
+          for (std::uint32_t i = 0; i < x.count; ++i) {
+            const detail::cached_block& c = x.items[i];
             if (c.sl)
               slabs.deallocate(c.sl, c.addr, sb.stream, {});
             else
               arena.deallocate(c.addr, sb.stream);
           }
-          bin.clear();
+          x.count = 0;
         }
         sb.cached_bytes = 0;
       }
     }
   }
+
+  // --- The front tier's exchanges with its stream's slabs (under the front cache's lock and one
+  // shard lock; never the pool's lock, so threads on different streams do not meet). -------------
+
+  // Moves up to `n` free slots of class `b` from the stream's slabs into bin `b`, within the bin's
+  // limit and the byte budget (plus `extra` blocks the caller takes straight out again); the
+  // lowest address ends on top. Under the owner's front lock; takes the stream's shard lock.
+  std::uint32_t fill_bin(detail::stream_bins& sb, std::size_t b, std::size_t size, std::uint32_t n,
+                         std::size_t extra) {
+    detail::bin& x = sb.bin_at(b);
+    const std::size_t budget = opts.front_cache_bytes;
+    const std::size_t room = (sb.cached_bytes < budget ? (budget - sb.cached_bytes) / size : 0) + extra;
+    n = static_cast<std::uint32_t>(std::min<std::size_t>({n, x.limit - x.count, room}));
+    if (!n) return 0;
+    const std::uint32_t first = x.count;
+    {
+      std::lock_guard g(sb.shard->m);
+      detail::slab_cache::take_free(*sb.shard, b, n, [&](std::uintptr_t a, detail::slab* sl, std::uint32_t slot) {
+        x.items[x.count++] = {a, size, sl, slot};
+      });
+    }
+    std::reverse(x.items.get() + first, x.items.get() + x.count);
+    sb.cached_bytes += (x.count - first) * size;
+    return x.count - first;
+  }
+
+  // A miss in bin `b` of a small class: a batch of the stream's free slots, one of them handed out.
+  [[gnu::noinline]] detail::cached_block refill(detail::stream_bins& sb, std::size_t b, std::size_t size) {
+    detail::bin& x = sb.bin_at(b);
+    if (!fill_bin(sb, b, size, std::max<std::uint32_t>(1, x.limit / 2), 1)) return {0, 0, nullptr, 0};
+    sb.cached_bytes -= size;
+    return x.items[--x.count];
+  }
+
+  // Gives the older blocks of bin `x` back to their slabs, down to `keep`; only slots of slabs the
+  // bin's stream owns go (as frees on that stream), anything else stays. Under the shard lock.
+  static void trim_bin(detail::stream_bins& sb, detail::bin& x, std::uint32_t keep) {
+    std::uint32_t drop = x.count > keep ? x.count - keep : 0, out = 0;
+    for (std::uint32_t i = 0; i < x.count; ++i) {
+      const detail::cached_block c = x.items[i];
+      if (drop && c.sl && detail::slab_cache::put_back(*sb.shard, c.sl, c.slot)) {
+        --drop;
+        sb.cached_bytes -= c.size;
+        continue;
+      }
+      x.items[out++] = c;
+    }
+    x.count = out;
+  }
+
+  // Caches a freed block in bin `b` that front_cache::push refused (the bin full or the budget
+  // spent): first hands a batch back to the stream's slabs. False: not cached (the pool's lock
+  // takes it).
+  [[gnu::noinline]] bool cache_freed(detail::stream_bins& sb, std::size_t b, const detail::cached_block& c) {
+    if (!sb.shard) return false;
+    detail::bin& x = sb.bin_at(b);
+    {
+      std::lock_guard g(sb.shard->m);
+      if (x.count >= x.limit) trim_bin(sb, x, x.limit / 2);
+      if (sb.cached_bytes != 0 && sb.cached_bytes + c.size > opts.front_cache_bytes)
+        for (auto& y : sb.bins) trim_bin(sb, y, y.count / 2);
+    }
+    return detail::front_cache::push(sb, b, c, opts.front_cache_bytes);
+  }
+
+  [[gnu::noinline]] void* allocate_slow(const detail::live_entry& entry, std::size_t alignment, bool small, bool tried);
+  [[gnu::noinline]] void deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
+  [[gnu::noinline]] void give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s, bool in_transit);
 
   // Under m: gives back what caches hold that the arena could reuse.
   void reclaim() {
@@ -303,8 +385,8 @@ struct pool::impl {
     for (const auto& f : fronts) {
       std::lock_guard flock(f->lock);
       for (const auto& sb : f->streams)
-        for (const auto& bin : sb.bins)
-          for (const auto& c : bin) cached |= c.addr == a;
+        for (const auto& x : sb.bins)
+          for (std::uint32_t i = 0; i < x.count; ++i) cached |= x.items[i].addr == a;
     }
     if (cached || arena.is_free_block_start(a) || slabs.is_free_slot(a)) {
       r.kind = misuse_kind::double_free;
@@ -320,53 +402,131 @@ struct pool::impl {
 pool::pool(upstream& up, ordering& ord, pool_options opts) : impl_(std::make_unique<impl>(up, ord, opts)) {}
 pool::~pool() = default;
 
-void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
+namespace {
+
+[[noreturn, gnu::cold, gnu::noinline]] void bad_request(std::size_t bytes, std::size_t alignment, std::size_t granule) {
   if (!is_power_of_two(alignment))
     throw std::invalid_argument(fmt::format("gpumem::pool::allocate: alignment {} is not a power of two", alignment));
-  impl& p = *impl_;
-  if (alignment > p.granule)
+  if (alignment > granule)
     throw std::invalid_argument(fmt::format("gpumem::pool::allocate: alignment {} is over the {} B granule, the most "
                                             "the pool honours",
-                                            alignment, p.granule));
-  if (bytes > absurd_bytes)
-    throw std::invalid_argument(
-        fmt::format("gpumem::pool::allocate: {} bytes is not a plausible request (over 2^47)", bytes));
-  if (bytes == 0) return nullptr;
-  alignment = std::max(alignment, default_alignment);
-  const bool small = bytes <= p.slabs.small_max() && alignment <= detail::class_unit;
-  const std::size_t size = small ? detail::size_class_bytes(detail::size_class_of(bytes)) : align_up(bytes, 256);
-  const detail::live_entry entry{bytes, size, static_cast<std::uint32_t>(alignment), false, s, nullptr};
+                                            alignment, granule));
+  throw std::invalid_argument(
+      fmt::format("gpumem::pool::allocate: {} bytes is not a plausible request (over 2^47)", bytes));
+}
 
-  detail::front_cache& fc = p.my_front();
-  if (p.bins_enabled) {
-    detail::front_guard flock(fc.lock, true);
-    if (detail::cached_block c = fc.pop(s, size, alignment); c.addr) {
-      detail::live_entry e = entry;
-      e.sl = c.sl;
-      e.block_bytes = c.size;  // a cached arena block may serve a small request of another size
-      fc.live.insert(c.addr, e);
+// Fills `bad` for a free whose size or alignment does not match the allocation.
+[[gnu::cold, gnu::noinline]] void describe_mismatch(misuse_report& bad, const detail::live_entry& e, std::size_t bytes,
+                                                    std::size_t alignment) {
+  bad.bytes_expected = e.bytes;
+  if (e.bytes != bytes) {
+    bad.kind = misuse_kind::size_mismatch;
+    bad.detail = "gpumem::pool::deallocate: the size given is not the size allocated; the block is left live";
+  } else {
+    bad.kind = misuse_kind::alignment_mismatch;
+    bad.detail = fmt::format("gpumem::pool::deallocate: alignment {} given, {} allocated; the block is left live",
+                             alignment, e.alignment());
+  }
+}
+
+}  // namespace
+
+// The common path: the calling thread's front cache, under its own lock only — the bin of the
+// request's class on the request's stream, or a batch from the stream's slabs (one shard lock).
+// Everything else — large requests no bin holds, a stream whose slabs have no free slot, growth —
+// goes through allocate_slow and the pool's lock. The slow paths are functions of their own so
+// this one stays small: few registers to save, nothing of theirs in the way.
+void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
+  impl& p = *impl_;
+  // One test for every bad or special argument (alignment 0 or not a power of two or over the
+  // granule, a size of 0 or over 2^47); which one it was is sorted out off the common path.
+  if (bytes - 1 >= absurd_bytes || (alignment & (alignment - 1)) != 0 || alignment - 1 >= p.granule) [[unlikely]] {
+    if (bytes == 0 && is_power_of_two(alignment) && alignment <= p.granule) return nullptr;
+    bad_request(bytes, alignment, p.granule);
+  }
+  if (alignment < default_alignment) alignment = default_alignment;
+  const bool small = bytes <= p.small_max && alignment <= detail::class_unit;
+  std::size_t size, b;
+  if (small) {
+    b = detail::size_class_of(bytes);
+    size = detail::size_class_bytes(b);
+  } else {
+    size = align_up(bytes, detail::arena::unit);
+    b = detail::bin_of(size);
+  }
+  const auto align_log2 = static_cast<std::uint8_t>(std::countr_zero(alignment));
+  const bool tried = tls_last.pool_id == p.id && p.bins_enabled;
+  if (tried) [[likely]] {
+    detail::front_cache& fc = *tls_last.fc;
+    fc.lock.owner_lock();
+    detail::stream_bins& sb = fc.bins_for(s);
+    detail::cached_block c = detail::front_cache::pop(sb, b, size, alignment);
+    if (!c.addr && small && sb.shard) c = p.refill(sb, b, size);
+    if (c.addr) [[likely]] {
+      // c.size == size: a cached arena block may serve a small request of its class's size.
+      fc.live.insert(c.addr, {bytes, size, s, c.sl, c.slot, static_cast<std::uint16_t>(b), align_log2, false});
       fc.live_bytes += bytes;
       p.account(fc, static_cast<std::ptrdiff_t>(bytes));
+      ++fc.hits;
+      fc.lock.owner_unlock();
+      return reinterpret_cast<void*>(c.addr);
+    }
+    fc.lock.owner_unlock();
+  }
+  return p.allocate_slow({bytes, size, s, nullptr, 0, static_cast<std::uint16_t>(b), align_log2, false}, alignment,
+                         small, tried);
+}
+
+void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t alignment, bool small, bool tried) {
+  const std::size_t bytes = entry.bytes, size = entry.block_bytes, b = entry.bin;
+  const stream_ref s = entry.stream;
+  detail::front_cache& fc = my_front();
+  if (bins_enabled && !tried) {
+    // The thread's first call, or its first since it used another pool: the common path has not
+    // looked at its front cache.
+    detail::front_guard flock(fc.lock, true);
+    detail::stream_bins& sb = fc.bins_for(s);
+    detail::cached_block c = detail::front_cache::pop(sb, b, size, alignment);
+    if (!c.addr && small && sb.shard) c = refill(sb, b, size);
+    if (c.addr) {
+      detail::live_entry e = entry;
+      e.sl = c.sl;
+      e.slot = c.slot;
+      fc.live.insert(c.addr, e);
+      fc.live_bytes += bytes;
+      account(fc, static_cast<std::ptrdiff_t>(bytes));
       ++fc.hits;
       return reinterpret_cast<void*>(c.addr);
     }
   }
 
   detail::slab* sl = nullptr;
-  std::lock_guard lock(p.m);
+  std::lock_guard lock(m);
   std::string why;
-  const std::uintptr_t a = p.take(bytes, alignment, s, sl, why);
-  if (!a) p.throw_oom(bytes, alignment, s, std::move(why));
-  ++p.st.allocations;
-  p.note_reserved();
+  const std::uintptr_t a = take(bytes, alignment, s, sl, why);
+  if (!a) throw_oom(bytes, alignment, s, std::move(why));
+  ++st.allocations;
+  note_reserved();
   // Into the caller's table before the pool's lock goes, so no one sees the block in no one's hands.
-  detail::front_guard flock(fc.lock, p.bins_enabled);
+  detail::front_guard flock(fc.lock, bins_enabled);
   detail::live_entry e = entry;
-  e.sl = sl;
-  e.block_bytes = sl ? sl->slot_bytes : size;
+  if (sl) {
+    e.sl = sl;
+    e.slot = sl->slot_of(a);
+    e.block_bytes = sl->slot_bytes;
+  }
   fc.live.insert(a, e);
   fc.live_bytes += bytes;
-  p.account(fc, static_cast<std::ptrdiff_t>(bytes));
+  account(fc, static_cast<std::ptrdiff_t>(bytes));
+  if (bins_enabled && sl) {
+    // The stream's slabs had no free slot of this class, or this is the stream's first miss: from
+    // now on its front cache refills from the stream's shard, starting with the rest of this
+    // slot's batch.
+    detail::stream_bins& sb = fc.bins_for(s);
+    if (!sb.shard) sb.shard = &slabs.shard_for(s);
+    detail::bin& x = sb.bin_at(b);
+    if (x.limit > 2) fill_bin(sb, b, size, x.limit / 2 - 1, 0);
+  }
   return reinterpret_cast<void*>(a);
 }
 
@@ -374,27 +534,59 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   if (!ptr) return;
   impl& p = *impl_;
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  if (tls_last.pool_id == p.id && p.bins_enabled && !p.zero_on_free) [[likely]] {
+    detail::front_cache& fc = *tls_last.fc;
+    fc.lock.owner_lock();
+    detail::live_entry* le = fc.live.find(a);
+    // Ours, with the figures it was allocated with, and no record_use: back into a bin.
+    if (le && le->bytes == bytes && (alignment & (alignment - 1)) == 0 && alignment - 1 < le->alignment() &&
+        !le->used_elsewhere) [[likely]] {
+      const detail::live_entry e = *le;
+      fc.live.erase_found(le);
+      fc.live_bytes -= bytes;
+      p.account(fc, -static_cast<std::ptrdiff_t>(bytes));
+      detail::stream_bins& sb = fc.bins_for(s);
+      const detail::cached_block c{a, e.block_bytes, e.sl, e.slot};
+      if (detail::front_cache::push(sb, e.bin, c, p.opts.front_cache_bytes) || p.cache_freed(sb, e.bin, c)) [[likely]] {
+        ++fc.fast_frees;
+        fc.lock.owner_unlock();
+        return;
+      }
+      // On its way back to the core: counted so a check in between still adds up.
+      if (!e.sl) p.in_transit_bytes.fetch_add(e.block_bytes, std::memory_order_relaxed);
+      fc.lock.owner_unlock();
+      p.give_back_slow(a, e, s, true);
+      return;
+    }
+    fc.lock.owner_unlock();
+  }
+  p.deallocate_slow(ptr, bytes, alignment, s);
+}
+
+// Under m, for a block already out of every front cache's table: back to the slab cache or arena.
+void pool::impl::give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s, bool in_transit) {
+  std::lock_guard lock(m);
+  if (in_transit && !e.sl) in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
+  give_back(a, e, s);
+  ++st.deallocations;
+  note_reserved();
+}
+
+void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
+  impl& p = *this;
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   misuse_report bad{misuse_kind::unknown_pointer, ptr, bytes, 0, {}};
 
   // Checks the caller's figures against the entry and takes the entry out of its front cache;
   // false (with `bad` filled) when they do not match: the block then stays live.
   auto remove = [&](detail::front_cache& f, detail::live_entry* e, detail::live_entry& out) {
-    if (e->bytes != bytes) {
-      bad.kind = misuse_kind::size_mismatch;
-      bad.bytes_expected = e->bytes;
-      bad.detail = "gpumem::pool::deallocate: the size given is not the size allocated; the block is left live";
-      return false;
-    }
-    if (!is_power_of_two(alignment) || alignment > e->alignment) {
-      bad.kind = misuse_kind::alignment_mismatch;
-      bad.bytes_expected = e->bytes;
-      bad.detail = fmt::format("gpumem::pool::deallocate: alignment {} given, {} allocated; the block is left live",
-                               alignment, e->alignment);
+    if (e->bytes != bytes || (alignment & (alignment - 1)) != 0 || alignment - 1 >= e->alignment()) {
+      describe_mismatch(bad, *e, bytes, alignment);
       return false;
     }
     out = *e;
-    if (p.opts.zero_on_free && !e->used_elsewhere) p.zero(a, *e, s);
-    f.live.erase(a);
+    if (p.zero_on_free && !e->used_elsewhere) p.zero(a, *e, s);
+    f.live.erase_found(e);
     f.live_bytes -= bytes;
     p.account(f, -static_cast<std::ptrdiff_t>(bytes));
     return true;
@@ -411,7 +603,9 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
       in_own_front = true;
       ok = remove(fc, le, e);
       if (ok && p.bins_enabled && !e.used_elsewhere) {
-        if (fc.push(s, {a, e.block_bytes, e.sl}, p.opts.front_cache_bytes, max_per_bin)) {
+        detail::stream_bins& sb = fc.bins_for(s);
+        const detail::cached_block c{a, e.block_bytes, e.sl, e.slot};
+        if (detail::front_cache::push(sb, e.bin, c, p.opts.front_cache_bytes) || p.cache_freed(sb, e.bin, c)) {
           ++fc.fast_frees;
           return;
         }
@@ -550,14 +744,21 @@ void pool::check_invariants() const {
   } held(p.fronts);
   std::size_t arena_held = p.slabs.slab_total_bytes();
   std::unordered_set<std::uintptr_t> seen;
+  std::unordered_map<const detail::slab*, std::uint32_t> slot_refs;  // slots held live or cached
+  auto check_slot = [&](std::uintptr_t a, const detail::slab* sl, std::uint32_t slot, std::size_t bytes) {
+    if (a < sl->base || a + bytes > sl->base + sl->bytes) fail(fmt::format("slot {:#x} lies outside its slab", a));
+    if (slot >= sl->slots || sl->base + slot * sl->slot_bytes != a) fail(fmt::format("slot {:#x} has the wrong index {}", a, slot));
+    ++slot_refs[sl];
+  };
   for (const auto& f : p.fronts) {
     std::size_t live = 0;
     f->live.for_each([&](std::uintptr_t a, const detail::live_entry& e) {
       live += e.bytes;
       if (!seen.insert(a).second) fail(fmt::format("{:#x} is live twice", a));
-      if (a % e.alignment) fail(fmt::format("live block {:#x} breaks its alignment {}", a, e.alignment));
+      if (a % e.alignment()) fail(fmt::format("live block {:#x} breaks its alignment {}", a, e.alignment()));
+      if (e.bin != detail::bin_of(e.block_bytes)) fail(fmt::format("live block {:#x} has the wrong bin", a));
       if (e.sl) {
-        if (a < e.sl->base || a + e.bytes > e.sl->base + e.sl->bytes) fail(fmt::format("slot {:#x} lies outside its slab", a));
+        check_slot(a, e.sl, e.slot, e.bytes);
       } else {
         if (p.arena.live_size(a) != e.block_bytes) fail(fmt::format("live block {:#x} is not live in the arena", a));
         arena_held += e.block_bytes;
@@ -566,17 +767,29 @@ void pool::check_invariants() const {
     if (live != f->live_bytes) fail(fmt::format("front cache live bytes {} != counted {}", f->live_bytes, live));
     for (const auto& sb : f->streams) {
       std::size_t cached = 0;
-      for (const auto& bin : sb.bins)
-        for (const auto& c : bin) {
+      for (std::size_t b = 0; b < sb.bins.size(); ++b) {
+        const detail::bin& x = sb.bins[b];
+        if (x.count > x.limit) fail("a bin holds more than its limit");
+        for (std::uint32_t i = 0; i < x.count; ++i) {
+          const detail::cached_block& c = x.items[i];
           cached += c.size;
+          if (detail::bin_of(c.size) != b) fail(fmt::format("cached block {:#x} is in the wrong bin", c.addr));
           if (!seen.insert(c.addr).second) fail(fmt::format("{:#x} is both live and cached, or cached twice", c.addr));
-          if (!c.sl) {
+          if (c.sl) {
+            check_slot(c.addr, c.sl, c.slot, c.size);
+          } else {
             if (p.arena.live_size(c.addr) != c.size) fail(fmt::format("cached block {:#x} is not held in the arena", c.addr));
             arena_held += c.size;
           }
         }
+      }
       if (cached != sb.cached_bytes) fail("a stream's cached bytes are off");
     }
+  }
+  // A slot out of its slab is a caller's, a front cache's, or on its way back under m.
+  for (const auto& [sl, refs] : slot_refs) {
+    std::lock_guard shard_lock(sl->shard.load(std::memory_order_relaxed)->m);
+    if (refs > sl->live) fail(fmt::format("slab {:#x}: {} slots held but {} counted live", sl->base, refs, sl->live));
   }
   arena_held += p.in_transit_bytes.load(std::memory_order_relaxed);
   if (arena_held != p.arena.allocated_bytes())
@@ -591,9 +804,9 @@ std::vector<block_info> pool::blocks() const {
   for (const auto& f : p.fronts) {
     std::lock_guard flock(f->lock);
     for (const auto& sb : f->streams)
-      for (const auto& bin : sb.bins)
-        for (const auto& c : bin)
-          if (!c.sl) cached.insert(c.addr);
+      for (const auto& x : sb.bins)
+        for (std::uint32_t i = 0; i < x.count; ++i)
+          if (!x.items[i].sl) cached.insert(x.items[i].addr);
   }
   std::vector<block_info> out;
   p.arena.append_blocks(out);

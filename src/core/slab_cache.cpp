@@ -12,59 +12,71 @@ slab_cache::slab_cache(arena& a, stream_clock& clock, std::size_t small_max)
 
 slab_cache::~slab_cache() = default;  // the arena gives every block back with its ranges
 
-void slab_cache::list(slab* sl) {
-  if (sl->listed) return;
-  partial_[{sl->cls, sl->owner}].push_back(sl);
-  sl->listed = true;
+slab_shard& slab_cache::shard_for(stream_ref s) {
+  auto& sh = shards_[s];
+  if (!sh) {
+    sh = std::make_unique<slab_shard>();
+    sh->stream = s;
+  }
+  return *sh;
 }
 
-std::uintptr_t slab_cache::allocate(std::size_t cls, stream_ref s, bool may_grow, slab*& from) {
-  auto& candidates = partial_[{cls, s}];
-  while (!candidates.empty() && candidates.back()->free_slots.empty()) {
-    candidates.back()->listed = false;
-    candidates.pop_back();
-  }
-  slab* sl = nullptr;
-  if (!candidates.empty()) {
-    sl = candidates.back();
-  } else {
-    const std::size_t slot = size_class_bytes(cls);
-    const std::size_t bytes = slab_bytes_for(slot);
-    std::uintptr_t base = arena_.allocate(bytes, class_unit, s, may_grow);
-    if (!base) return 0;
-    auto owned = std::make_unique<slab>();
-    sl = owned.get();
-    sl->base = base;
-    sl->bytes = bytes;
-    sl->cls = cls;
-    sl->slot_bytes = slot;
-    sl->owner = s;
-    sl->slots = static_cast<std::uint32_t>(bytes / slot);
-    // Hand out low addresses first: pop from the back of a descending list.
-    sl->free_slots.resize(sl->slots);
-    for (std::uint32_t i = 0; i < sl->slots; ++i) sl->free_slots[i] = sl->slots - 1 - i;
-    slabs_.emplace(base, std::move(owned));
-    slab_bytes_ += bytes;
-    partial_[{cls, s}].push_back(sl);
-    sl->listed = true;
-  }
-  const std::uint32_t slot = sl->free_slots.back();
-  sl->free_slots.pop_back();
-  ++sl->live;
-  from = sl;
-  return sl->base + slot * sl->slot_bytes;
+void slab_cache::unlist(slab_shard& sh, slab* sl) {
+  if (!sl->listed) return;
+  auto& v = sh.partial[sl->cls];
+  v.erase(std::find(v.begin(), v.end(), sl));
+  sl->listed = false;
 }
 
 void slab_cache::return_slot(slab* sl, std::uint32_t slot) {
   sl->free_slots.push_back(slot);
-  list(sl);
+  if (!sl->listed) list_in(*sl->shard.load(std::memory_order_relaxed), sl);
+}
+
+std::uintptr_t slab_cache::allocate(std::size_t cls, stream_ref s, bool may_grow, slab*& from) {
+  slab_shard& sh = shard_for(s);
+  std::uintptr_t got = 0;
+  {
+    std::lock_guard lock(sh.m);
+    take_free(sh, cls, 1, [&](std::uintptr_t a, slab* sl, std::uint32_t) {
+      got = a;
+      from = sl;
+    });
+  }
+  if (got) return got;
+  const std::size_t slot = size_class_bytes(cls);
+  const std::size_t bytes = slab_bytes_for(slot);
+  std::uintptr_t base = arena_.allocate(bytes, class_unit, s, may_grow);
+  if (!base) return 0;
+  auto owned = std::make_unique<slab>();
+  slab* sl = owned.get();
+  sl->base = base;
+  sl->bytes = bytes;
+  sl->cls = cls;
+  sl->slot_bytes = slot;
+  sl->owner = s;
+  sl->shard.store(&sh, std::memory_order_relaxed);
+  sl->slots = static_cast<std::uint32_t>(bytes / slot);
+  // Hand out low addresses first: pop from the back of a descending list.
+  sl->free_slots.resize(sl->slots);
+  for (std::uint32_t i = 0; i < sl->slots; ++i) sl->free_slots[i] = sl->slots - 1 - i;
+  slabs_.emplace(base, std::move(owned));
+  slab_bytes_ += bytes;
+  std::lock_guard lock(sh.m);
+  list_in(sh, sl);
+  take_free(sh, cls, 1, [&](std::uintptr_t a, slab* from_slab, std::uint32_t) {
+    got = a;
+    from = from_slab;
+  });
+  return got;
 }
 
 void slab_cache::deallocate(slab* sl, std::uintptr_t addr, stream_ref s, const std::vector<stream_ref>& also_on) {
-  const auto slot = static_cast<std::uint32_t>((addr - sl->base) / sl->slot_bytes);
-  --sl->live;
+  const std::uint32_t slot = sl->slot_of(addr);
   bool other_streams = s != sl->owner;
   for (stream_ref u : also_on) other_streams |= u != sl->owner;
+  std::lock_guard lock(sl->shard.load(std::memory_order_relaxed)->m);
+  --sl->live;
   if (!other_streams) {
     return_slot(sl, slot);
     return;
@@ -81,7 +93,10 @@ void slab_cache::promote() {
     auto& w = waiting_[i];
     if (std::all_of(w.waits.begin(), w.waits.end(), [&](const stream_mark& m) { return clock_.met(m); })) {
       --w.sl->waiting;
-      return_slot(w.sl, w.slot);
+      {
+        std::lock_guard lock(w.sl->shard.load(std::memory_order_relaxed)->m);
+        return_slot(w.sl, w.slot);
+      }
       waiting_[i] = std::move(waiting_.back());
       waiting_.pop_back();
     } else {
@@ -92,15 +107,17 @@ void slab_cache::promote() {
 
 void slab_cache::disown(stream_ref s) {
   if (s == 0) return;
+  auto it = shards_.find(s);
+  if (it == shards_.end()) return;
+  slab_shard& from = *it->second;
+  slab_shard& to = shard_for(0);
+  std::scoped_lock lock(from.m, to.m);
   for (auto& [base, sl] : slabs_) {
     if (sl->owner != s) continue;
-    if (sl->listed) {
-      auto& v = partial_[{sl->cls, s}];
-      v.erase(std::find(v.begin(), v.end(), sl.get()));
-      sl->listed = false;
-    }
+    unlist(from, sl.get());
     sl->owner = 0;
-    if (!sl->free_slots.empty()) list(sl.get());
+    sl->shard.store(&to, std::memory_order_relaxed);
+    if (!sl->free_slots.empty()) list_in(to, sl.get());
   }
 }
 
@@ -108,13 +125,14 @@ std::size_t slab_cache::release_empty() {
   std::size_t n = 0;
   for (auto it = slabs_.begin(); it != slabs_.end();) {
     slab* sl = it->second.get();
-    if (sl->live || sl->waiting) {
-      ++it;
-      continue;
-    }
-    if (sl->listed) {
-      auto& v = partial_[{sl->cls, sl->owner}];
-      v.erase(std::find(v.begin(), v.end(), sl));
+    {
+      slab_shard& sh = *sl->shard.load(std::memory_order_relaxed);
+      std::lock_guard lock(sh.m);
+      if (sl->live || sl->waiting) {
+        ++it;
+        continue;
+      }
+      unlist(sh, sl);
     }
     // Freed on the owner stream: the arena keeps it owned until that stream's work has run.
     arena_.deallocate(sl->base, sl->owner);
@@ -129,8 +147,11 @@ bool slab_cache::is_free_slot(std::uintptr_t addr) const {
   for (const auto& [base, sl] : slabs_) {
     if (addr < base || addr >= base + sl->bytes) continue;
     if ((addr - base) % sl->slot_bytes) return false;
-    const auto slot = static_cast<std::uint32_t>((addr - base) / sl->slot_bytes);
-    if (std::find(sl->free_slots.begin(), sl->free_slots.end(), slot) != sl->free_slots.end()) return true;
+    const auto slot = sl->slot_of(addr);
+    {
+      std::lock_guard lock(sl->shard.load(std::memory_order_relaxed)->m);
+      if (std::find(sl->free_slots.begin(), sl->free_slots.end(), slot) != sl->free_slots.end()) return true;
+    }
     const slab* const here = sl.get();  // clang 14 cannot capture a structured binding
     return std::any_of(waiting_.begin(), waiting_.end(), [&](const waiting_slot& w) { return w.sl == here && w.slot == slot; });
   }
@@ -138,6 +159,9 @@ bool slab_cache::is_free_slot(std::uintptr_t addr) const {
 }
 
 void slab_cache::check() const {
+  // Every shard at once, so no slot moves between a slab's figures and a front cache meanwhile.
+  std::vector<std::unique_lock<std::mutex>> held;
+  for (const auto& [s, sh] : shards_) held.emplace_back(sh->m);
   std::size_t bytes = 0;
   for (const auto& [base, sl] : slabs_) {
     bytes += sl->bytes;
@@ -145,6 +169,12 @@ void slab_cache::check() const {
     if (sl->live + sl->waiting + sl->free_slots.size() != sl->slots)
       throw std::logic_error(fmt::format("slab {:#x}: live {} + waiting {} + free {} != slots {}", base, sl->live,
                                          sl->waiting, sl->free_slots.size(), sl->slots));
+    const slab_shard* sh = sl->shard.load(std::memory_order_relaxed);
+    if (!sh || sh->stream != sl->owner) throw std::logic_error(fmt::format("slab {:#x} is not in its owner's shard", base));
+    const bool in_list = sl->cls < sh->partial.size() &&
+                         std::find(sh->partial[sl->cls].begin(), sh->partial[sl->cls].end(), sl.get()) !=
+                             sh->partial[sl->cls].end();
+    if (in_list != sl->listed) throw std::logic_error(fmt::format("slab {:#x}: listed flag is off", base));
     std::vector<bool> seen(sl->slots);
     for (auto s : sl->free_slots) {
       if (s >= sl->slots || seen[s]) throw std::logic_error(fmt::format("slab {:#x}: free slot {} listed twice or out of range", base, s));

@@ -6,10 +6,19 @@
 // the slab: the owner's later work is ordered after the free. A slot freed on another stream (or
 // used on others through record_use) waits until each of those streams has run past its free.
 // An empty slab is given back to the arena on its owner stream when the pool needs memory.
-// Not thread-safe: the pool calls it under its lock.
+//
+// Locking. Everything here runs under the pool's lock except the two shard calls (take_free,
+// put_back), which the front caches make under one stream's shard lock alone: each stream's slabs
+// with free slots are listed in that stream's shard, and a slab's slot state (live, free_slots,
+// listed) is guarded by its owner's shard lock. Threads on different streams therefore exchange
+// batches of slots with their own stream's slabs without meeting on one lock. Lock order: the
+// pool's lock, then a front cache's lock, then one shard lock; whoever holds a shard lock takes no
+// other lock, and only holders of the pool's lock take more than one shard lock.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -19,17 +28,31 @@
 
 namespace gpumem::detail {
 
+struct slab_shard;
+
 struct slab {
   std::uintptr_t base = 0;
   std::size_t bytes = 0;
   std::size_t cls = 0;
   std::size_t slot_bytes = 0;
-  stream_ref owner = 0;
+  stream_ref owner = 0;                 // changes under the pool's lock and both shards' locks
+  std::atomic<slab_shard*> shard{nullptr};  // the owner's shard: its lock guards the three below
   std::uint32_t slots = 0;
-  std::uint32_t live = 0;
-  std::uint32_t waiting = 0;
+  std::uint32_t live = 0;               // slots out of the slab: callers' and front caches'
+  std::uint32_t waiting = 0;            // under the pool's lock
   std::vector<std::uint32_t> free_slots;
-  bool listed = false;  // in its (class, owner) list of slabs with free slots
+  bool listed = false;  // in its owner shard's list of slabs with free slots of its class
+
+  std::uint32_t slot_of(std::uintptr_t addr) const noexcept {
+    return static_cast<std::uint32_t>((addr - base) / slot_bytes);
+  }
+};
+
+// One stream's slabs that have free slots, by class, and the lock that guards their slot state.
+struct slab_shard {
+  std::mutex m;
+  stream_ref stream = 0;
+  std::vector<std::vector<slab*>> partial;  // by class
 };
 
 class slab_cache {
@@ -38,6 +61,7 @@ class slab_cache {
   ~slab_cache();
   std::size_t small_max() const noexcept { return small_max_; }
 
+  // Under the pool's lock (each takes the shard locks it needs) ---------------------------------
   // A slot of class `cls` for stream `s`; 0 if a new slab was needed and could not be had.
   std::uintptr_t allocate(std::size_t cls, stream_ref s, bool may_grow, slab*& from);
   void deallocate(slab* sl, std::uintptr_t addr, stream_ref s, const std::vector<stream_ref>& also_on);
@@ -47,6 +71,42 @@ class slab_cache {
   void disown(stream_ref s);
   // Empty slabs go back to the arena; returns how many.
   std::size_t release_empty();
+  // Stream `s`'s shard; the pointer stays valid as long as the slab cache.
+  slab_shard& shard_for(stream_ref s);
+
+  // Under `sh.m` alone ----------------------------------------------------------------------------
+  // Takes up to `n` free slots of class `cls` from the shard's slabs — slots already carved, so no
+  // memory is added — and hands each to `sink(addr, slab*, slot)`. Returns how many.
+  template <class Sink>
+  static std::size_t take_free(slab_shard& sh, std::size_t cls, std::size_t n, Sink&& sink) {
+    if (cls >= sh.partial.size()) return 0;
+    auto& list = sh.partial[cls];
+    std::size_t got = 0;
+    while (got < n && !list.empty()) {
+      slab* sl = list.back();
+      while (got < n && !sl->free_slots.empty()) {
+        const std::uint32_t slot = sl->free_slots.back();
+        sl->free_slots.pop_back();
+        ++sl->live;
+        sink(sl->base + slot * sl->slot_bytes, sl, slot);
+        ++got;
+      }
+      if (sl->free_slots.empty()) {
+        sl->listed = false;
+        list.pop_back();
+      }
+    }
+    return got;
+  }
+  // A slot freed on the shard's stream goes back to its slab, if that slab is the stream's own;
+  // false (nothing done) if the slab belongs to another stream (the pool's lock must decide).
+  static bool put_back(slab_shard& sh, slab* sl, std::uint32_t slot) {
+    if (sl->shard.load(std::memory_order_relaxed) != &sh) return false;
+    --sl->live;
+    sl->free_slots.push_back(slot);
+    if (!sl->listed) list_in(sh, sl);
+    return true;
+  }
 
   std::size_t slab_total_bytes() const noexcept { return slab_bytes_; }
   // True if `addr` is a slot of some slab that is free or waiting: a pointer freed already.
@@ -55,24 +115,25 @@ class slab_cache {
   void check() const;
 
  private:
-  struct key_hash {
-    std::size_t operator()(const std::pair<std::size_t, stream_ref>& k) const noexcept {
-      return std::hash<std::size_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
-    }
-  };
   struct waiting_slot {
     slab* sl;
     std::uint32_t slot;
     std::vector<stream_mark> waits;
   };
-  void list(slab* sl);
-  void return_slot(slab* sl, std::uint32_t slot);
+  static void list_in(slab_shard& sh, slab* sl) {
+    if (sl->cls >= sh.partial.size()) sh.partial.resize(sl->cls + 1);
+    sh.partial[sl->cls].push_back(sl);
+    sl->listed = true;
+  }
+  static void unlist(slab_shard& sh, slab* sl);
+  // Under the slab's shard lock.
+  static void return_slot(slab* sl, std::uint32_t slot);
 
   arena& arena_;
   stream_clock& clock_;
   std::size_t small_max_;
   std::unordered_map<std::uintptr_t, std::unique_ptr<slab>> slabs_;  // by base
-  std::unordered_map<std::pair<std::size_t, stream_ref>, std::vector<slab*>, key_hash> partial_;
+  std::unordered_map<stream_ref, std::unique_ptr<slab_shard>> shards_;  // never erased
   std::vector<waiting_slot> waiting_;
   std::size_t slab_bytes_ = 0;  // bytes of all slabs
 };
