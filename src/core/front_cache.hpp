@@ -38,7 +38,7 @@ namespace gpumem::detail {
 struct slab;
 struct slab_shard;
 
-// What the pool knows of one live allocation.
+// What the pool knows of one live allocation: a copy taken on the slow paths.
 struct live_entry {
   std::size_t bytes = 0;        // as requested
   std::size_t block_bytes = 0;  // what the block really is: a slot's size or an arena block's
@@ -51,29 +51,46 @@ struct live_entry {
   std::size_t alignment() const noexcept { return std::size_t{1} << align_log2; }
 };
 
-struct cached_block {
-  std::uintptr_t addr;
-  std::size_t size;  // arena size (multiple of 256) or slot size
-  slab* sl;
-  std::uint32_t slot;
+// A block a front cache holds: a caller's (live) or waiting in a bin (cached). The record stays
+// while the block moves between the two, so the common allocate and free touch it in place and the
+// address index changes only when a block enters or leaves the front cache.
+enum rec_state : std::uint8_t { rec_unused = 0, rec_live = 1, rec_cached = 2, rec_used_elsewhere = 0x80 };
+
+struct block_rec {
+  std::uintptr_t addr = 0;
+  std::size_t block_bytes = 0;  // a slot's size or an arena block's (multiple of 256)
+  slab* sl = nullptr;           // the slot's slab; nullptr: an arena block
+  std::size_t bytes = 0;        // live: as requested
+  stream_ref stream = 0;        // live: the allocating stream
+  std::uint32_t slot = 0;       // the slot's index in `sl`
+  std::uint16_t bin = 0;        // bin_of(block_bytes)
+  std::uint8_t align_log2 = 8;  // live: as requested (at least 256)
+  std::uint8_t state = rec_unused;  // rec_live (| rec_used_elsewhere) or rec_cached
+
+  bool live() const noexcept { return (state & ~rec_used_elsewhere) == rec_live; }
+  std::size_t alignment() const noexcept { return std::size_t{1} << align_log2; }
+  live_entry entry() const noexcept {
+    return {bytes, block_bytes, stream, sl, slot, bin, align_log2, (state & rec_used_elsewhere) != 0};
+  }
 };
 
 // Classes for bins: the small ones, then 8 per doubling, up to 2^47 bytes.
 inline std::size_t bin_of(std::size_t size) noexcept { return size_class_of(size); }
 
-// Most blocks one bin keeps: about 200 / cbrt(size), 2 to 32. A bin's count moves like a random
+// Most blocks one bin keeps: about 400 / cbrt(size), 2 to 32. A bin's count moves like a random
 // walk when sizes come and go at random; refilling and trimming to half the limit makes the walk
 // last about (limit/2)^2 steps between two batches, and this shape spends a fixed byte budget where
-// it buys the most steps (measured: one batch per ~30 operations on the threads pattern, its front
-// caches holding ~25 MiB).
+// it buys the most steps (simulated on the threads pattern: one batch per ~30 operations, ~25 MiB
+// cached, against one per ~4 with 32 blocks of every class under the same budget).
 inline std::uint32_t bin_limit_for(std::size_t block_bytes) noexcept {
+  if (block_bytes > (std::size_t{1} << 20)) return 32;
   const double lim = 400.0 / std::cbrt(static_cast<double>(block_bytes));
   return static_cast<std::uint32_t>(std::clamp(lim, 2.0, 32.0));
 }
 
-// One class's blocks for one stream, newest last.
+// One class's cached blocks (record indices) for one stream, newest last.
 struct bin {
-  std::unique_ptr<cached_block[]> items;
+  std::unique_ptr<std::uint32_t[]> items;
   std::uint32_t count = 0;
   std::uint32_t limit = 0;  // 0: not set up yet
 };
@@ -84,6 +101,7 @@ struct stream_bins {
   std::size_t cached_bytes = 0;
   slab_shard* shard = nullptr;  // the stream's slab shard, once the pool has looked it up
   std::vector<bin> bins;        // by bin_of (small and large share the index)
+  std::uint32_t sweep_backoff = 0;  // over-budget frees left before the next sweep of all bins
 
   bin& bin_at(std::size_t b) {
     if (b < bins.size() && bins[b].limit) [[likely]]
@@ -96,74 +114,103 @@ struct stream_bins {
     if (b >= bins.size()) bins.resize(b + 1);
     bin& x = bins[b];
     x.limit = bin_limit_for(size_class_bytes(b));
-    x.items = std::make_unique<cached_block[]>(x.limit);
+    x.items = std::make_unique<std::uint32_t[]>(x.limit);
     return x;
   }
 };
 
 class alignas(64) front_cache {
  public:
+  static constexpr std::uint32_t none = ~std::uint32_t{0};
+
   front_lock lock;  // see front_lock.hpp: cheap for the owning thread
-  pointer_map<live_entry> live;
+  pointer_map<std::uint32_t> index;  // address -> record, for every live and cached block
+  std::vector<block_rec> recs;
+  std::vector<std::uint32_t> spare_recs;
   std::vector<stream_bins> streams;
   std::size_t live_bytes = 0;      // exact, under `lock`
   std::ptrdiff_t unpublished = 0;  // live bytes not yet added to the pool's shared counter
   std::size_t peak_live = 0;       // this front's own peak: the pool's, while it is the only one
   std::uint64_t hits = 0, fast_frees = 0;  // served / taken back without the pool's lock
 
+  // The live block at `a`, or nullptr.
+  block_rec* find_live(std::uintptr_t a) noexcept {
+    const std::uint32_t* i = index.find(a);
+    return i && recs[*i].live() ? &recs[*i] : nullptr;
+  }
+  // A block enters the front cache (live or cached); returns its record.
+  std::uint32_t adopt(const block_rec& r) {
+    std::uint32_t i;
+    if (!spare_recs.empty()) {
+      i = spare_recs.back();
+      spare_recs.pop_back();
+      recs[i] = r;
+    } else {
+      i = static_cast<std::uint32_t>(recs.size());
+      recs.push_back(r);
+    }
+    index.insert(r.addr, i);
+    return i;
+  }
+  // A block leaves the front cache.
+  void forget(std::uint32_t i) noexcept {
+    index.erase(recs[i].addr);
+    recs[i].state = rec_unused;
+    spare_recs.push_back(i);
+  }
+
   stream_bins& bins_for(stream_ref s) {
     if (last_ && last_->stream == s) [[likely]]
       return *last_;
     return find_bins(s);
   }
-  // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); addr 0 if none.
-  static cached_block pop(stream_bins& sb, std::size_t b, std::size_t size, std::size_t alignment) {
+  // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); none if none.
+  std::uint32_t pop(stream_bins& sb, std::size_t b, std::size_t size, std::size_t alignment) {
     if (b < sb.bins.size()) [[likely]] {
       bin& x = sb.bins[b];
       // Newest first: warm in cache, and in a small class every block fits.
       if (x.count) [[likely]] {
-        const cached_block& top = x.items[x.count - 1];
-        if (top.size == size && (top.addr & (alignment - 1)) == 0) [[likely]] {
+        const std::uint32_t i = x.items[x.count - 1];
+        if (recs[i].block_bytes == size && (recs[i].addr & (alignment - 1)) == 0) [[likely]] {
           --x.count;
           sb.cached_bytes -= size;
-          return top;
+          return i;
         }
         return probe(sb, x, size, alignment);
       }
     }
-    return {0, 0, nullptr, 0};
+    return none;
   }
-  // A few blocks below the top: a large class's blocks differ in size.
-  [[gnu::noinline]] static cached_block probe(stream_bins& sb, bin& x, std::size_t size, std::size_t alignment) {
-    const std::uint32_t stop = x.count > 4 ? x.count - 4 : 0;
-    for (std::uint32_t k = x.count - 1; k > stop; --k) {
-      cached_block& c = x.items[k - 1];
-      if (c.size == size && (c.addr & (alignment - 1)) == 0) {
-        const cached_block out = c;
-        c = x.items[--x.count];
-        sb.cached_bytes -= out.size;
-        return out;
-      }
-    }
-    return {0, 0, nullptr, 0};
-  }
-  // Caches a freed block in bin `b` unless the bin is full or the byte budget would be passed;
-  // false: not cached. One block of any size is always welcome, so a loop over one big tensor
-  // stays fast; past that the byte budget holds.
-  static bool push(stream_bins& sb, std::size_t b, const cached_block& c, std::size_t max_bytes) {
-    if (sb.cached_bytes != 0 && sb.cached_bytes + c.size > max_bytes) return false;
-    bin& x = sb.bin_at(b);
+  // Caches block `i` (already rec_cached) in its bin, unless the bin is full or the byte budget
+  // would be passed; false: not cached. One block of any size is always welcome, so a loop over
+  // one big tensor stays fast; past that the byte budget holds.
+  static bool push(stream_bins& sb, const block_rec& r, std::uint32_t i, std::size_t max_bytes) {
+    if (sb.cached_bytes != 0 && sb.cached_bytes + r.block_bytes > max_bytes) return false;
+    bin& x = sb.bin_at(r.bin);
     if (x.count >= x.limit) return false;
-    x.items[x.count++] = c;
-    sb.cached_bytes += c.size;
+    x.items[x.count++] = i;
+    sb.cached_bytes += r.block_bytes;
     return true;
   }
 
  private:
+  // A few blocks below the top: a large class's blocks differ in size.
+  [[gnu::noinline]] std::uint32_t probe(stream_bins& sb, bin& x, std::size_t size, std::size_t alignment) {
+    const std::uint32_t stop = x.count > 4 ? x.count - 4 : 0;
+    for (std::uint32_t k = x.count - 1; k > stop; --k) {
+      const std::uint32_t i = x.items[k - 1];
+      if (recs[i].block_bytes == size && (recs[i].addr & (alignment - 1)) == 0) {
+        x.items[k - 1] = x.items[--x.count];
+        sb.cached_bytes -= size;
+        return i;
+      }
+    }
+    return none;
+  }
   [[gnu::noinline]] stream_bins& find_bins(stream_ref s) {
     for (auto& sb : streams)
       if (sb.stream == s) return *(last_ = &sb);
-    streams.push_back(stream_bins{s, 0, nullptr, {}});
+    streams.push_back(stream_bins{s, 0, nullptr, {}, 0});
     return *(last_ = &streams.back());  // a new element may have moved the others: renew last_
   }
   stream_bins* last_ = nullptr;  // the stream of the latest call, most likely the next one's

@@ -209,11 +209,12 @@ struct pool::impl {
       for (auto& sb : f->streams) {
         for (auto& x : sb.bins) {
           for (std::uint32_t i = 0; i < x.count; ++i) {
-            const detail::cached_block& c = x.items[i];
-            if (c.sl)
-              slabs.deallocate(c.sl, c.addr, sb.stream, {});
+            const detail::block_rec& r = f->recs[x.items[i]];
+            if (r.sl)
+              slabs.deallocate(r.sl, r.addr, sb.stream, {});
             else
-              arena.deallocate(c.addr, sb.stream);
+              arena.deallocate(r.addr, sb.stream);
+            f->forget(x.items[i]);
           }
           x.count = 0;
         }
@@ -225,70 +226,92 @@ struct pool::impl {
   // --- The front tier's exchanges with its stream's slabs (under the front cache's lock and one
   // shard lock; never the pool's lock, so threads on different streams do not meet). -------------
 
-  // Moves up to `n` free slots of class `b` from the stream's slabs into bin `b`, within the bin's
-  // limit and the byte budget (plus `extra` blocks the caller takes straight out again); the
-  // lowest address ends on top. Under the owner's front lock; takes the stream's shard lock.
-  std::uint32_t fill_bin(detail::stream_bins& sb, std::size_t b, std::size_t size, std::uint32_t n,
-                         std::size_t extra) {
+  // Moves up to `n` free slots of class `b` from the stream's slabs into bin `b` of front cache
+  // `fc`, within the bin's limit and the byte budget (plus `extra` blocks the caller takes straight
+  // out again); the lowest address ends on top. Under the owner's front lock; takes the stream's
+  // shard lock.
+  std::uint32_t fill_bin(detail::front_cache& fc, detail::stream_bins& sb, std::size_t b, std::size_t size,
+                         std::uint32_t n, std::size_t extra) {
     detail::bin& x = sb.bin_at(b);
     const std::size_t budget = opts.front_cache_bytes;
     const std::size_t room = (sb.cached_bytes < budget ? (budget - sb.cached_bytes) / size : 0) + extra;
     n = static_cast<std::uint32_t>(std::min<std::size_t>({n, x.limit - x.count, room}));
     if (!n) return 0;
-    const std::uint32_t first = x.count;
+    struct got_slot {
+      std::uintptr_t addr;
+      detail::slab* sl;
+      std::uint32_t slot;
+    };
+    got_slot got[32];  // bin limits are at most 32
+    std::uint32_t k = 0;
     {
       std::lock_guard g(sb.shard->m);
       detail::slab_cache::take_free(*sb.shard, b, n, [&](std::uintptr_t a, detail::slab* sl, std::uint32_t slot) {
-        x.items[x.count++] = {a, size, sl, slot};
+        got[k++] = {a, sl, slot};
       });
     }
-    std::reverse(x.items.get() + first, x.items.get() + x.count);
-    sb.cached_bytes += (x.count - first) * size;
-    return x.count - first;
+    for (std::uint32_t j = k; j-- > 0;)
+      x.items[x.count++] = fc.adopt({got[j].addr, size, got[j].sl, 0, 0, got[j].slot, static_cast<std::uint16_t>(b), 8,
+                                     detail::rec_cached});
+    sb.cached_bytes += k * size;
+    return k;
   }
 
   // A miss in bin `b` of a small class: a batch of the stream's free slots, one of them handed out.
-  [[gnu::noinline]] detail::cached_block refill(detail::stream_bins& sb, std::size_t b, std::size_t size) {
+  [[gnu::noinline]] std::uint32_t refill(detail::front_cache& fc, detail::stream_bins& sb, std::size_t b,
+                                         std::size_t size) {
     detail::bin& x = sb.bin_at(b);
-    if (!fill_bin(sb, b, size, std::max<std::uint32_t>(1, x.limit / 2), 1)) return {0, 0, nullptr, 0};
+    if (!fill_bin(fc, sb, b, size, std::max<std::uint32_t>(1, x.limit / 2), 1)) return detail::front_cache::none;
     sb.cached_bytes -= size;
     return x.items[--x.count];
   }
 
   // Gives the older blocks of bin `x` back to their slabs, down to `keep`; only slots of slabs the
   // bin's stream owns go (as frees on that stream), anything else stays. Under the shard lock.
-  static void trim_bin(detail::stream_bins& sb, detail::bin& x, std::uint32_t keep) {
+  static void trim_bin(detail::front_cache& fc, detail::stream_bins& sb, detail::bin& x, std::uint32_t keep) {
     std::uint32_t drop = x.count > keep ? x.count - keep : 0, out = 0;
-    for (std::uint32_t i = 0; i < x.count; ++i) {
-      const detail::cached_block c = x.items[i];
-      if (drop && c.sl && detail::slab_cache::put_back(*sb.shard, c.sl, c.slot)) {
+    for (std::uint32_t k = 0; k < x.count; ++k) {
+      const std::uint32_t i = x.items[k];
+      const detail::block_rec& r = fc.recs[i];
+      if (drop && r.sl && detail::slab_cache::put_back(*sb.shard, r.sl, r.slot)) {
         --drop;
-        sb.cached_bytes -= c.size;
+        sb.cached_bytes -= r.block_bytes;
+        fc.forget(i);
         continue;
       }
-      x.items[out++] = c;
+      x.items[out++] = i;
     }
     x.count = out;
   }
 
-  // Caches a freed block in bin `b` that front_cache::push refused (the bin full or the budget
+  // Caches freed block `i` (rec_cached) that front_cache::push refused (its bin full or the budget
   // spent): first hands a batch back to the stream's slabs. False: not cached (the pool's lock
   // takes it).
-  [[gnu::noinline]] bool cache_freed(detail::stream_bins& sb, std::size_t b, const detail::cached_block& c) {
+  [[gnu::noinline]] bool cache_freed(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i) {
     if (!sb.shard) return false;
-    detail::bin& x = sb.bin_at(b);
+    const detail::block_rec& r = fc.recs[i];
+    detail::bin& x = sb.bin_at(r.bin);
     {
       std::lock_guard g(sb.shard->m);
-      if (x.count >= x.limit) trim_bin(sb, x, x.limit / 2);
-      if (sb.cached_bytes != 0 && sb.cached_bytes + c.size > opts.front_cache_bytes)
-        for (auto& y : sb.bins) trim_bin(sb, y, y.count / 2);
+      if (x.count >= x.limit) trim_bin(fc, sb, x, x.limit / 2);
+      if (sb.cached_bytes != 0 && sb.cached_bytes + r.block_bytes > opts.front_cache_bytes) {
+        // Over budget: every bin gives back half its slots. Arena blocks cannot go this way; when
+        // they are what fills the budget, the next frees skip the sweep for a while (each of them
+        // goes to the pool's lock anyway) instead of sweeping in vain every time.
+        if (sb.sweep_backoff) {
+          --sb.sweep_backoff;
+        } else {
+          for (auto& y : sb.bins) trim_bin(fc, sb, y, y.count / 2);
+          if (sb.cached_bytes + r.block_bytes > opts.front_cache_bytes) sb.sweep_backoff = 64;
+        }
+      }
     }
-    return detail::front_cache::push(sb, b, c, opts.front_cache_bytes);
+    return detail::front_cache::push(sb, r, i, opts.front_cache_bytes);
   }
 
   [[gnu::noinline]] void* allocate_slow(const detail::live_entry& entry, std::size_t alignment, bool small, bool tried);
   [[gnu::noinline]] void deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
-  [[gnu::noinline]] void give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s, bool in_transit);
+  [[gnu::noinline]] void give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
 
   // Under m: gives back what caches hold that the arena could reuse.
   void reclaim() {
@@ -384,9 +407,7 @@ struct pool::impl {
     bool cached = false;
     for (const auto& f : fronts) {
       std::lock_guard flock(f->lock);
-      for (const auto& sb : f->streams)
-        for (const auto& x : sb.bins)
-          for (std::uint32_t i = 0; i < x.count; ++i) cached |= x.items[i].addr == a;
+      if (const std::uint32_t* i = f->index.find(a)) cached |= f->recs[*i].state == detail::rec_cached;
     }
     if (cached || arena.is_free_block_start(a) || slabs.is_free_slot(a)) {
       r.kind = misuse_kind::double_free;
@@ -460,16 +481,20 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
     detail::front_cache& fc = *tls_last.fc;
     fc.lock.owner_lock();
     detail::stream_bins& sb = fc.bins_for(s);
-    detail::cached_block c = detail::front_cache::pop(sb, b, size, alignment);
-    if (!c.addr && small && sb.shard) c = p.refill(sb, b, size);
-    if (c.addr) [[likely]] {
-      // c.size == size: a cached arena block may serve a small request of its class's size.
-      fc.live.insert(c.addr, {bytes, size, s, c.sl, c.slot, static_cast<std::uint16_t>(b), align_log2, false});
+    std::uint32_t i = fc.pop(sb, b, size, alignment);
+    if (i == detail::front_cache::none && small && sb.shard) i = p.refill(fc, sb, b, size);
+    if (i != detail::front_cache::none) [[likely]] {
+      // block_bytes == size: a cached arena block may serve a small request of its class's size.
+      detail::block_rec& r = fc.recs[i];
+      r.bytes = bytes;
+      r.stream = s;
+      r.align_log2 = align_log2;
+      r.state = detail::rec_live;
       fc.live_bytes += bytes;
       p.account(fc, static_cast<std::ptrdiff_t>(bytes));
       ++fc.hits;
       fc.lock.owner_unlock();
-      return reinterpret_cast<void*>(c.addr);
+      return reinterpret_cast<void*>(r.addr);
     }
     fc.lock.owner_unlock();
   }
@@ -481,22 +506,26 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
   const std::size_t bytes = entry.bytes, size = entry.block_bytes, b = entry.bin;
   const stream_ref s = entry.stream;
   detail::front_cache& fc = my_front();
+  auto hand_out = [&](std::uint32_t i) {
+    detail::block_rec& r = fc.recs[i];
+    r.bytes = bytes;
+    r.stream = s;
+    r.align_log2 = entry.align_log2;
+    r.state = detail::rec_live;
+    fc.live_bytes += bytes;
+    account(fc, static_cast<std::ptrdiff_t>(bytes));
+    return reinterpret_cast<void*>(r.addr);
+  };
   if (bins_enabled && !tried) {
     // The thread's first call, or its first since it used another pool: the common path has not
     // looked at its front cache.
     detail::front_guard flock(fc.lock, true);
     detail::stream_bins& sb = fc.bins_for(s);
-    detail::cached_block c = detail::front_cache::pop(sb, b, size, alignment);
-    if (!c.addr && small && sb.shard) c = refill(sb, b, size);
-    if (c.addr) {
-      detail::live_entry e = entry;
-      e.sl = c.sl;
-      e.slot = c.slot;
-      fc.live.insert(c.addr, e);
-      fc.live_bytes += bytes;
-      account(fc, static_cast<std::ptrdiff_t>(bytes));
+    std::uint32_t i = fc.pop(sb, b, size, alignment);
+    if (i == detail::front_cache::none && small && sb.shard) i = refill(fc, sb, b, size);
+    if (i != detail::front_cache::none) {
       ++fc.hits;
-      return reinterpret_cast<void*>(c.addr);
+      return hand_out(i);
     }
   }
 
@@ -509,15 +538,9 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
   note_reserved();
   // Into the caller's table before the pool's lock goes, so no one sees the block in no one's hands.
   detail::front_guard flock(fc.lock, bins_enabled);
-  detail::live_entry e = entry;
-  if (sl) {
-    e.sl = sl;
-    e.slot = sl->slot_of(a);
-    e.block_bytes = sl->slot_bytes;
-  }
-  fc.live.insert(a, e);
-  fc.live_bytes += bytes;
-  account(fc, static_cast<std::ptrdiff_t>(bytes));
+  const std::uint32_t i = fc.adopt({a, sl ? sl->slot_bytes : size, sl, 0, 0, sl ? sl->slot_of(a) : 0,
+                                    static_cast<std::uint16_t>(b), 8, detail::rec_cached});
+  void* out = hand_out(i);
   if (bins_enabled && sl) {
     // The stream's slabs had no free slot of this class, or this is the stream's first miss: from
     // now on its front cache refills from the stream's shard, starting with the rest of this
@@ -525,9 +548,9 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
     detail::stream_bins& sb = fc.bins_for(s);
     if (!sb.shard) sb.shard = &slabs.shard_for(s);
     detail::bin& x = sb.bin_at(b);
-    if (x.limit > 2) fill_bin(sb, b, size, x.limit / 2 - 1, 0);
+    if (x.limit > 2) fill_bin(fc, sb, b, size, x.limit / 2 - 1, 0);
   }
-  return reinterpret_cast<void*>(a);
+  return out;
 }
 
 void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
@@ -537,36 +560,40 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   if (tls_last.pool_id == p.id && p.bins_enabled && !p.zero_on_free) [[likely]] {
     detail::front_cache& fc = *tls_last.fc;
     fc.lock.owner_lock();
-    detail::live_entry* le = fc.live.find(a);
-    // Ours, with the figures it was allocated with, and no record_use: back into a bin.
-    if (le && le->bytes == bytes && (alignment & (alignment - 1)) == 0 && alignment - 1 < le->alignment() &&
-        !le->used_elsewhere) [[likely]] {
-      const detail::live_entry e = *le;
-      fc.live.erase_found(le);
-      fc.live_bytes -= bytes;
-      p.account(fc, -static_cast<std::ptrdiff_t>(bytes));
-      detail::stream_bins& sb = fc.bins_for(s);
-      const detail::cached_block c{a, e.block_bytes, e.sl, e.slot};
-      if (detail::front_cache::push(sb, e.bin, c, p.opts.front_cache_bytes) || p.cache_freed(sb, e.bin, c)) [[likely]] {
-        ++fc.fast_frees;
+    if (const std::uint32_t* pi = fc.index.find(a)) [[likely]] {
+      const std::uint32_t i = *pi;
+      detail::block_rec& r = fc.recs[i];
+      // Live (and no record_use), with the figures it was allocated with: back into a bin.
+      if (r.state == detail::rec_live && r.bytes == bytes && (alignment & (alignment - 1)) == 0 &&
+          alignment - 1 < r.alignment()) [[likely]] {
+        r.state = detail::rec_cached;
+        fc.live_bytes -= bytes;
+        p.account(fc, -static_cast<std::ptrdiff_t>(bytes));
+        detail::stream_bins& sb = fc.bins_for(s);
+        if (detail::front_cache::push(sb, r, i, p.opts.front_cache_bytes) || p.cache_freed(fc, sb, i)) [[likely]] {
+          ++fc.fast_frees;
+          fc.lock.owner_unlock();
+          return;
+        }
+        // Not cached: on its way back to the core, counted so a check in between still adds up.
+        r.state = detail::rec_live;
+        const detail::live_entry e = r.entry();
+        fc.forget(i);
+        if (!e.sl) p.in_transit_bytes.fetch_add(e.block_bytes, std::memory_order_relaxed);
         fc.lock.owner_unlock();
+        p.give_back_slow(a, e, s);
         return;
       }
-      // On its way back to the core: counted so a check in between still adds up.
-      if (!e.sl) p.in_transit_bytes.fetch_add(e.block_bytes, std::memory_order_relaxed);
-      fc.lock.owner_unlock();
-      p.give_back_slow(a, e, s, true);
-      return;
     }
     fc.lock.owner_unlock();
   }
   p.deallocate_slow(ptr, bytes, alignment, s);
 }
 
-// Under m, for a block already out of every front cache's table: back to the slab cache or arena.
-void pool::impl::give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s, bool in_transit) {
+// For a block already out of every front cache's table: back to the slab cache or arena, under m.
+void pool::impl::give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
   std::lock_guard lock(m);
-  if (in_transit && !e.sl) in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
+  if (!e.sl) in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
   give_back(a, e, s);
   ++st.deallocations;
   note_reserved();
@@ -577,19 +604,22 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   misuse_report bad{misuse_kind::unknown_pointer, ptr, bytes, 0, {}};
 
-  // Checks the caller's figures against the entry and takes the entry out of its front cache;
-  // false (with `bad` filled) when they do not match: the block then stays live.
-  auto remove = [&](detail::front_cache& f, detail::live_entry* e, detail::live_entry& out) {
-    if (e->bytes != bytes || (alignment & (alignment - 1)) != 0 || alignment - 1 >= e->alignment()) {
-      describe_mismatch(bad, *e, bytes, alignment);
+  // Checks the caller's figures against live block `r` of front cache `f`; false (with `bad`
+  // filled) when they do not match: the block then stays live.
+  auto matches = [&](const detail::block_rec& r) {
+    if (r.bytes != bytes || (alignment & (alignment - 1)) != 0 || alignment - 1 >= r.alignment()) {
+      describe_mismatch(bad, r.entry(), bytes, alignment);
       return false;
     }
-    out = *e;
-    if (p.zero_on_free && !e->used_elsewhere) p.zero(a, *e, s);
-    f.live.erase_found(e);
+    return true;
+  };
+  // Takes matching live block `r` out of front cache `f`'s figures (zeroing it if asked).
+  auto take_out = [&](detail::front_cache& f, detail::block_rec& r) {
+    const detail::live_entry e = r.entry();
+    if (p.zero_on_free && !e.used_elsewhere) p.zero(a, e, s);
     f.live_bytes -= bytes;
     p.account(f, -static_cast<std::ptrdiff_t>(bytes));
-    return true;
+    return e;
   };
 
   detail::front_cache& fc = p.my_front();
@@ -598,20 +628,25 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
   bool in_own_front = false;
   {
     detail::front_guard flock(fc.lock, p.bins_enabled);
-    if (detail::live_entry* le = fc.live.find(a)) {
+    if (detail::block_rec* r = fc.find_live(a)) {
       found = true;
       in_own_front = true;
-      ok = remove(fc, le, e);
-      if (ok && p.bins_enabled && !e.used_elsewhere) {
-        detail::stream_bins& sb = fc.bins_for(s);
-        const detail::cached_block c{a, e.block_bytes, e.sl, e.slot};
-        if (detail::front_cache::push(sb, e.bin, c, p.opts.front_cache_bytes) || p.cache_freed(sb, e.bin, c)) {
-          ++fc.fast_frees;
-          return;
+      ok = matches(*r);
+      if (ok) {
+        e = take_out(fc, *r);
+        const auto i = static_cast<std::uint32_t>(r - fc.recs.data());
+        if (p.bins_enabled && !e.used_elsewhere) {
+          r->state = detail::rec_cached;
+          detail::stream_bins& sb = fc.bins_for(s);
+          if (detail::front_cache::push(sb, *r, i, p.opts.front_cache_bytes) || p.cache_freed(fc, sb, i)) {
+            ++fc.fast_frees;
+            return;
+          }
         }
+        fc.forget(i);
+        // On its way back to the core: counted so a check in between still adds up.
+        p.in_transit_bytes.fetch_add(e.sl ? 0 : e.block_bytes, std::memory_order_relaxed);
       }
-      // On its way back to the core: counted so a check in between still adds up.
-      if (ok) p.in_transit_bytes.fetch_add(e.sl ? 0 : e.block_bytes, std::memory_order_relaxed);
     }
   }
   if (found && !ok) {
@@ -625,9 +660,13 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
       for (auto& f : p.fronts) {
         if (f.get() == &fc) continue;
         std::lock_guard flock(f->lock);
-        if (detail::live_entry* le = f->live.find(a)) {
+        if (detail::block_rec* r = f->find_live(a)) {
           found = true;
-          ok = remove(*f, le, e);
+          ok = matches(*r);
+          if (ok) {
+            e = take_out(*f, *r);
+            f->forget(static_cast<std::uint32_t>(r - f->recs.data()));
+          }
           break;
         }
       }
@@ -650,9 +689,9 @@ void pool::record_use(void* ptr, stream_ref s) {
   std::lock_guard lock(p.m);
   for (auto& f : p.fronts) {
     std::lock_guard flock(f->lock);
-    if (detail::live_entry* e = f->live.find(a)) {
-      if (s == e->stream) return;
-      e->used_elsewhere = true;
+    if (detail::block_rec* r = f->find_live(a)) {
+      if (s == r->stream) return;
+      r->state |= detail::rec_used_elsewhere;
       auto& v = p.used_on[a];
       if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
       return;
@@ -751,40 +790,50 @@ void pool::check_invariants() const {
     ++slot_refs[sl];
   };
   for (const auto& f : p.fronts) {
-    std::size_t live = 0;
-    f->live.for_each([&](std::uintptr_t a, const detail::live_entry& e) {
-      live += e.bytes;
-      if (!seen.insert(a).second) fail(fmt::format("{:#x} is live twice", a));
-      if (a % e.alignment()) fail(fmt::format("live block {:#x} breaks its alignment {}", a, e.alignment()));
-      if (e.bin != detail::bin_of(e.block_bytes)) fail(fmt::format("live block {:#x} has the wrong bin", a));
-      if (e.sl) {
-        check_slot(a, e.sl, e.slot, e.bytes);
+    std::size_t live = 0, cached_recs = 0;
+    if (f->index.size() + f->spare_recs.size() != f->recs.size()) fail("a front cache's records do not add up");
+    f->index.for_each([&](std::uintptr_t a, std::uint32_t i) {
+      if (i >= f->recs.size()) fail(fmt::format("{:#x} indexes no record", a));
+      const detail::block_rec& r = f->recs[i];
+      if (r.addr != a) fail(fmt::format("{:#x} indexes the record of {:#x}", a, r.addr));
+      if (!seen.insert(a).second) fail(fmt::format("{:#x} is held twice", a));
+      if (r.bin != detail::bin_of(r.block_bytes)) fail(fmt::format("block {:#x} has the wrong bin", a));
+      if (r.sl) {
+        check_slot(a, r.sl, r.slot, r.block_bytes);
+        if (r.block_bytes != r.sl->slot_bytes) fail(fmt::format("slot {:#x} has the wrong size", a));
       } else {
-        if (p.arena.live_size(a) != e.block_bytes) fail(fmt::format("live block {:#x} is not live in the arena", a));
-        arena_held += e.block_bytes;
+        if (p.arena.live_size(a) != r.block_bytes) fail(fmt::format("block {:#x} is not live in the arena", a));
+        arena_held += r.block_bytes;
+      }
+      if (r.live()) {
+        live += r.bytes;
+        if (a % r.alignment()) fail(fmt::format("live block {:#x} breaks its alignment {}", a, r.alignment()));
+        if (r.bytes > r.block_bytes) fail(fmt::format("live block {:#x} is smaller than its request", a));
+      } else if (r.state == detail::rec_cached) {
+        ++cached_recs;
+      } else {
+        fail(fmt::format("{:#x} indexes an unused record", a));
       }
     });
     if (live != f->live_bytes) fail(fmt::format("front cache live bytes {} != counted {}", f->live_bytes, live));
+    std::unordered_set<std::uint32_t> in_bins;
     for (const auto& sb : f->streams) {
       std::size_t cached = 0;
       for (std::size_t b = 0; b < sb.bins.size(); ++b) {
         const detail::bin& x = sb.bins[b];
         if (x.count > x.limit) fail("a bin holds more than its limit");
-        for (std::uint32_t i = 0; i < x.count; ++i) {
-          const detail::cached_block& c = x.items[i];
-          cached += c.size;
-          if (detail::bin_of(c.size) != b) fail(fmt::format("cached block {:#x} is in the wrong bin", c.addr));
-          if (!seen.insert(c.addr).second) fail(fmt::format("{:#x} is both live and cached, or cached twice", c.addr));
-          if (c.sl) {
-            check_slot(c.addr, c.sl, c.slot, c.size);
-          } else {
-            if (p.arena.live_size(c.addr) != c.size) fail(fmt::format("cached block {:#x} is not held in the arena", c.addr));
-            arena_held += c.size;
-          }
+        for (std::uint32_t k = 0; k < x.count; ++k) {
+          const std::uint32_t i = x.items[k];
+          if (i >= f->recs.size() || f->recs[i].state != detail::rec_cached)
+            fail("a bin holds a block that is not cached");
+          if (!in_bins.insert(i).second) fail(fmt::format("{:#x} is cached twice", f->recs[i].addr));
+          if (f->recs[i].bin != b) fail(fmt::format("cached block {:#x} is in the wrong bin", f->recs[i].addr));
+          cached += f->recs[i].block_bytes;
         }
       }
       if (cached != sb.cached_bytes) fail("a stream's cached bytes are off");
     }
+    if (in_bins.size() != cached_recs) fail("a cached block is in no bin");
   }
   // A slot out of its slab is a caller's, a front cache's, or on its way back under m.
   for (const auto& [sl, refs] : slot_refs) {
@@ -803,10 +852,9 @@ std::vector<block_info> pool::blocks() const {
   std::unordered_set<std::uintptr_t> cached;
   for (const auto& f : p.fronts) {
     std::lock_guard flock(f->lock);
-    for (const auto& sb : f->streams)
-      for (const auto& x : sb.bins)
-        for (std::uint32_t i = 0; i < x.count; ++i)
-          if (!x.items[i].sl) cached.insert(x.items[i].addr);
+    f->index.for_each([&](std::uintptr_t a, std::uint32_t i) {
+      if (f->recs[i].state == detail::rec_cached && !f->recs[i].sl) cached.insert(a);
+    });
   }
   std::vector<block_info> out;
   p.arena.append_blocks(out);
