@@ -42,6 +42,28 @@ class front_lock {
     owner_in_.store(false, std::memory_order_release);
   }
 
+  // Foreign side for many locks at once (the pool's lock held, so no other thread does this):
+  // one heavy fence covers them all, where lock() one by one would cost one each — and each
+  // interrupts every core that runs a thread of the process.
+  template <class Range, class Get>
+  static void lock_all(const Range& r, Get&& get) noexcept {
+    bool fence = false;
+    for (const auto& x : r) {
+      front_lock& l = get(x);
+      l.m_.lock();
+      if (l.asymmetric_) {
+        l.foreign_.store(true, std::memory_order_relaxed);
+        fence = true;
+      }
+    }
+    if (fence) heavy_fence();
+    for (const auto& x : r) {
+      front_lock& l = get(x);
+      if (l.asymmetric_)
+        while (l.owner_in_.load(std::memory_order_acquire)) __builtin_ia32_pause();
+    }
+  }
+
   // Foreign side (and the fallback).
   void lock() noexcept {
     m_.lock();

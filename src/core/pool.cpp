@@ -44,6 +44,24 @@ struct tls_front {
 // failed on the H200 machine with "cannot allocate memory in static TLS block".
 thread_local tls_front tls_last{0, nullptr};
 thread_local std::vector<tls_front> tls_fronts;
+
+// Every front cache's lock, taken from outside (under the pool's lock) with one heavy fence.
+class all_fronts_locked {
+ public:
+  explicit all_fronts_locked(const std::vector<std::unique_ptr<detail::front_cache>>& v) : v_(v) {
+    detail::front_lock::lock_all(v_, [](const std::unique_ptr<detail::front_cache>& f) -> detail::front_lock& {
+      return f->lock;
+    });
+  }
+  ~all_fronts_locked() {
+    for (const auto& f : v_) f->lock.unlock();
+  }
+  all_fronts_locked(const all_fronts_locked&) = delete;
+  all_fronts_locked& operator=(const all_fronts_locked&) = delete;
+
+ private:
+  const std::vector<std::unique_ptr<detail::front_cache>>& v_;
+};
 }  // namespace
 
 struct pool::impl {
@@ -158,8 +176,8 @@ struct pool::impl {
   // starting point.
   void start_sharing() {
     std::size_t live = 0;
+    all_fronts_locked held(fronts);
     for (auto& f : fronts) {
-      std::lock_guard flock(f->lock);
       live += f->live_bytes;
       raise_peak(f->peak_live);
       f->unpublished = 0;
@@ -204,20 +222,31 @@ struct pool::impl {
 
   // Under m: every front cache's bins go back, each block as freed on its bin's stream.
   void flush_fronts() {
+    all_fronts_locked held(fronts);
+    std::vector<detail::block_rec> rest;  // blocks that are not slots of their stream's own slabs
     for (auto& f : fronts) {
-      std::lock_guard flock(f->lock);
       for (auto& sb : f->streams) {
-        for (auto& x : sb.bins) {
-          for (std::uint32_t i = 0; i < x.count; ++i) {
-            const detail::block_rec& r = f->recs[x.items[i]];
-            if (r.sl)
-              slabs.deallocate(r.sl, r.addr, sb.stream, {});
-            else
-              arena.deallocate(r.addr, sb.stream);
-            f->forget(x.items[i]);
+        if (!sb.cached_bytes) continue;
+        {
+          // The stream's own slots go back under one shard lock; the rest after it.
+          std::unique_lock<std::mutex> shard_lock;
+          if (sb.shard) shard_lock = std::unique_lock(sb.shard->m);
+          for (auto& x : sb.bins) {
+            for (std::uint32_t k = 0; k < x.count; ++k) {
+              const detail::block_rec& r = f->recs[x.items[k]];
+              if (!(r.sl && sb.shard && detail::slab_cache::put_back(*sb.shard, r.sl, r.slot))) rest.push_back(r);
+              f->forget(x.items[k]);
+            }
+            x.count = 0;
           }
-          x.count = 0;
         }
+        for (const auto& r : rest) {
+          if (r.sl)
+            slabs.deallocate(r.sl, r.addr, sb.stream, {});
+          else
+            arena.deallocate(r.addr, sb.stream);
+        }
+        rest.clear();
         sb.cached_bytes = 0;
       }
     }
@@ -393,11 +422,13 @@ struct pool::impl {
 
   // Under m: the sum of every front cache's live bytes.
   std::size_t exact_live() const {
+    all_fronts_locked held(fronts);
+    return sum_live();
+  }
+  // The same with every front cache's lock already held.
+  std::size_t sum_live() const {
     std::size_t live = 0;
-    for (const auto& f : fronts) {
-      std::lock_guard flock(f->lock);
-      live += f->live_bytes;
-    }
+    for (const auto& f : fronts) live += f->live_bytes;
     return live;
   }
 
@@ -405,9 +436,10 @@ struct pool::impl {
   misuse_report classify_unknown(std::uintptr_t a, std::size_t bytes) const {
     misuse_report r{misuse_kind::unknown_pointer, reinterpret_cast<void*>(a), bytes, 0, {}};
     bool cached = false;
-    for (const auto& f : fronts) {
-      std::lock_guard flock(f->lock);
-      if (const std::uint32_t* i = f->index.find(a)) cached |= f->recs[*i].state == detail::rec_cached;
+    {
+      all_fronts_locked held(fronts);
+      for (const auto& f : fronts)
+        if (const std::uint32_t* i = f->index.find(a)) cached |= f->recs[*i].state == detail::rec_cached;
     }
     if (cached || arena.is_free_block_start(a) || slabs.is_free_slot(a)) {
       r.kind = misuse_kind::double_free;
@@ -656,18 +688,20 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
   {
     std::lock_guard lock(p.m);
     if (!found) {
-      // Allocated by another thread: find the front cache that holds it.
-      for (auto& f : p.fronts) {
-        if (f.get() == &fc) continue;
-        std::lock_guard flock(f->lock);
-        if (detail::block_rec* r = f->find_live(a)) {
-          found = true;
-          ok = matches(*r);
-          if (ok) {
-            e = take_out(*f, *r);
-            f->forget(static_cast<std::uint32_t>(r - f->recs.data()));
+      {
+        // Allocated by another thread: find the front cache that holds it.
+        all_fronts_locked held(p.fronts);
+        for (auto& f : p.fronts) {
+          if (f.get() == &fc) continue;
+          if (detail::block_rec* r = f->find_live(a)) {
+            found = true;
+            ok = matches(*r);
+            if (ok) {
+              e = take_out(*f, *r);
+              f->forget(static_cast<std::uint32_t>(r - f->recs.data()));
+            }
+            break;
           }
-          break;
         }
       }
       if (!found) bad = p.classify_unknown(a, bytes);
@@ -687,8 +721,8 @@ void pool::record_use(void* ptr, stream_ref s) {
   impl& p = *impl_;
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard lock(p.m);
+  all_fronts_locked held(p.fronts);
   for (auto& f : p.fronts) {
-    std::lock_guard flock(f->lock);
     if (detail::block_rec* r = f->find_live(a)) {
       if (s == r->stream) return;
       r->state |= detail::rec_used_elsewhere;
@@ -723,11 +757,11 @@ pool_stats pool::stats() const {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
   pool_stats s = p.st;
-  s.live_bytes = p.exact_live();
+  all_fronts_locked held(p.fronts);
+  s.live_bytes = p.sum_live();
   s.peak_live_bytes = std::max(p.shared_peak.load(std::memory_order_relaxed), s.live_bytes);
   std::uint64_t hits = 0, fast_frees = 0;
   for (const auto& f : p.fronts) {
-    std::lock_guard flock(f->lock);
     if (p.fronts.size() == 1) s.peak_live_bytes = std::max(s.peak_live_bytes, f->peak_live);
     hits += f->hits;
     fast_frees += f->fast_frees;
@@ -751,12 +785,10 @@ pool_stats pool::stats() const {
 void pool::reset_peaks() {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
-  const std::size_t live = p.exact_live();
+  all_fronts_locked held(p.fronts);
+  const std::size_t live = p.sum_live();
   p.shared_peak.store(live, std::memory_order_relaxed);
-  for (auto& f : p.fronts) {
-    std::lock_guard flock(f->lock);
-    f->peak_live = f->live_bytes;
-  }
+  for (auto& f : p.fronts) f->peak_live = f->live_bytes;
   p.st.peak_live_bytes = live;
   p.st.peak_reserved_bytes = p.arena.reserved_bytes();
 }
@@ -772,15 +804,7 @@ void pool::check_invariants() const {
   // Every arena byte the pool holds live is a caller's block, a cached block or a slab. The front
   // caches are held all at once: one at a time, a block freed between two visits would be counted
   // both live (first visit) and in transit (at the end).
-  struct all_fronts {
-    const std::vector<std::unique_ptr<detail::front_cache>>& v;
-    explicit all_fronts(const std::vector<std::unique_ptr<detail::front_cache>>& f) : v(f) {
-      for (const auto& x : v) x->lock.lock();
-    }
-    ~all_fronts() {
-      for (const auto& x : v) x->lock.unlock();
-    }
-  } held(p.fronts);
+  all_fronts_locked held(p.fronts);
   std::size_t arena_held = p.slabs.slab_total_bytes();
   std::unordered_set<std::uintptr_t> seen;
   std::unordered_map<const detail::slab*, std::uint32_t> slot_refs;  // slots held live or cached
@@ -850,8 +874,8 @@ std::vector<block_info> pool::blocks() const {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
   std::unordered_set<std::uintptr_t> cached;
+  all_fronts_locked held(p.fronts);
   for (const auto& f : p.fronts) {
-    std::lock_guard flock(f->lock);
     f->index.for_each([&](std::uintptr_t a, std::uint32_t i) {
       if (f->recs[i].state == detail::rec_cached && !f->recs[i].sl) cached.insert(a);
     });
