@@ -12,6 +12,7 @@
 // back to an exchange-based lock.
 #include <atomic>
 #include <mutex>
+#include <thread>
 
 namespace gpumem::detail {
 
@@ -59,8 +60,7 @@ class front_lock {
     if (fence) heavy_fence();
     for (const auto& x : r) {
       front_lock& l = get(x);
-      if (l.asymmetric_)
-        while (l.owner_in_.load(std::memory_order_acquire)) __builtin_ia32_pause();
+      if (l.asymmetric_) l.wait_for_owner();
     }
   }
 
@@ -70,7 +70,7 @@ class front_lock {
     if (asymmetric_) {
       foreign_.store(true, std::memory_order_relaxed);
       heavy_fence();
-      while (owner_in_.load(std::memory_order_acquire)) __builtin_ia32_pause();
+      wait_for_owner();
     }
   }
   void unlock() noexcept {
@@ -79,6 +79,16 @@ class front_lock {
   }
 
  private:
+  // The owner's critical sections are a few hundred instructions; if it does not leave soon it was
+  // preempted in one, and spinning on would keep it from running (more threads than cores).
+  void wait_for_owner() noexcept {
+    for (int spins = 0; owner_in_.load(std::memory_order_acquire); ++spins) {
+      if (spins < 128)
+        __builtin_ia32_pause();
+      else
+        std::this_thread::yield();
+    }
+  }
 #if defined(__SANITIZE_THREAD__)
   // ThreadSanitizer cannot see membarrier's ordering: take the plain lock so it checks the rest.
   const bool asymmetric_ = false;

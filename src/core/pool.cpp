@@ -229,7 +229,7 @@ struct pool::impl {
         if (!sb.cached_bytes) continue;
         {
           // The stream's own slots go back under one shard lock; the rest after it.
-          std::unique_lock<std::mutex> shard_lock;
+          std::unique_lock<detail::spin_lock> shard_lock;
           if (sb.shard) shard_lock = std::unique_lock(sb.shard->m);
           for (auto& x : sb.bins) {
             for (std::uint32_t k = 0; k < x.count; ++k) {
@@ -563,6 +563,9 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
 
   detail::slab* sl = nullptr;
   std::lock_guard lock(m);
+  // Slabs the front caches' batches emptied go back to the arena first, where this request (or
+  // the new slab it may need) can use them without the pool flushing every front cache.
+  slabs.release_emptied();
   std::string why;
   const std::uintptr_t a = take(bytes, alignment, s, sl, why);
   if (!a) throw_oom(bytes, alignment, s, std::move(why));

@@ -29,8 +29,10 @@ void slab_cache::unlist(slab_shard& sh, slab* sl) {
 }
 
 void slab_cache::return_slot(slab* sl, std::uint32_t slot) {
+  slab_shard& sh = *sl->shard.load(std::memory_order_relaxed);
   sl->free_slots.push_back(slot);
-  if (!sl->listed) list_in(*sl->shard.load(std::memory_order_relaxed), sl);
+  if (!sl->listed) list_in(sh, sl);
+  note_if_emptied(sh, sl);
 }
 
 std::uintptr_t slab_cache::allocate(std::size_t cls, stream_ref s, bool may_grow, slab*& from) {
@@ -92,9 +94,9 @@ void slab_cache::promote() {
   for (std::size_t i = 0; i < waiting_.size();) {
     auto& w = waiting_[i];
     if (std::all_of(w.waits.begin(), w.waits.end(), [&](const stream_mark& m) { return clock_.met(m); })) {
-      --w.sl->waiting;
       {
         std::lock_guard lock(w.sl->shard.load(std::memory_order_relaxed)->m);
+        --w.sl->waiting;
         return_slot(w.sl, w.slot);
       }
       waiting_[i] = std::move(waiting_.back());
@@ -115,10 +117,40 @@ void slab_cache::disown(stream_ref s) {
   for (auto& [base, sl] : slabs_) {
     if (sl->owner != s) continue;
     unlist(from, sl.get());
+    if (sl->emptied) {
+      from.emptied.erase(std::find(from.emptied.begin(), from.emptied.end(), sl.get()));
+      sl->emptied = false;
+    }
     sl->owner = 0;
     sl->shard.store(&to, std::memory_order_relaxed);
     if (!sl->free_slots.empty()) list_in(to, sl.get());
   }
+}
+
+void slab_cache::release_slab(slab* sl) {
+  arena_.deallocate(sl->base, sl->owner);
+  slab_bytes_ -= sl->bytes;
+  slabs_.erase(sl->base);
+}
+
+void slab_cache::release_emptied() {
+  std::vector<slab*> out;
+  for (auto& [s, sh] : shards_) {
+    if (!sh->has_emptied.load(std::memory_order_relaxed)) continue;
+    std::lock_guard lock(sh->m);
+    for (slab* sl : sh->emptied) {
+      sl->emptied = false;
+      // Still empty, and not the last of its class with free slots.
+      if (sl->empty() && sh->partial[sl->cls].size() > 1) {
+        unlist(*sh, sl);
+        out.push_back(sl);
+      }
+    }
+    sh->emptied.clear();
+    sh->has_emptied.store(false, std::memory_order_relaxed);
+  }
+  // Unlisted and empty: no front cache can reach them any more.
+  for (slab* sl : out) release_slab(sl);
 }
 
 std::size_t slab_cache::release_empty() {
@@ -133,6 +165,10 @@ std::size_t slab_cache::release_empty() {
         continue;
       }
       unlist(sh, sl);
+      if (sl->emptied) {
+        sh.emptied.erase(std::find(sh.emptied.begin(), sh.emptied.end(), sl));
+        sl->emptied = false;
+      }
     }
     // Freed on the owner stream: the arena keeps it owned until that stream's work has run.
     arena_.deallocate(sl->base, sl->owner);
@@ -160,7 +196,7 @@ bool slab_cache::is_free_slot(std::uintptr_t addr) const {
 
 void slab_cache::check() const {
   // Every shard at once, so no slot moves between a slab's figures and a front cache meanwhile.
-  std::vector<std::unique_lock<std::mutex>> held;
+  std::vector<std::unique_lock<spin_lock>> held;
   for (const auto& [s, sh] : shards_) held.emplace_back(sh->m);
   std::size_t bytes = 0;
   for (const auto& [base, sl] : slabs_) {

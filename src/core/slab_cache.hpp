@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +31,29 @@ namespace gpumem::detail {
 
 struct slab_shard;
 
+// The shard lock: held for a batch of slot moves at a time, almost never contended (one stream,
+// usually one thread): an exchange to take, a store to give back — cheaper than a mutex on both
+// ends. Spins briefly, then yields (a holder preempted mid-batch must get to run).
+class spin_lock {
+ public:
+  void lock() noexcept {
+    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire);)
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins < 128)
+          __builtin_ia32_pause();
+        else
+          std::this_thread::yield();
+      }
+  }
+  bool try_lock() noexcept {
+    return !flag_.load(std::memory_order_relaxed) && !flag_.exchange(true, std::memory_order_acquire);
+  }
+  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 struct slab {
   std::uintptr_t base = 0;
   std::size_t bytes = 0;
@@ -39,9 +63,11 @@ struct slab {
   std::atomic<slab_shard*> shard{nullptr};  // the owner's shard: its lock guards the three below
   std::uint32_t slots = 0;
   std::uint32_t live = 0;               // slots out of the slab: callers' and front caches'
-  std::uint32_t waiting = 0;            // under the pool's lock
+  std::uint32_t waiting = 0;            // slots freed on other streams, not yet back
   std::vector<std::uint32_t> free_slots;
-  bool listed = false;  // in its owner shard's list of slabs with free slots of its class
+  bool listed = false;   // in its owner shard's list of slabs with free slots of its class
+  bool emptied = false;  // in its owner shard's list of slabs that became wholly free
+  bool empty() const noexcept { return live == 0 && waiting == 0; }
 
   std::uint32_t slot_of(std::uintptr_t addr) const noexcept {
     return static_cast<std::uint32_t>((addr - base) / slot_bytes);
@@ -50,9 +76,14 @@ struct slab {
 
 // One stream's slabs that have free slots, by class, and the lock that guards their slot state.
 struct slab_shard {
-  std::mutex m;
+  spin_lock m;
   stream_ref stream = 0;
   std::vector<std::vector<slab*>> partial;  // by class
+  // Slabs that became wholly free while another slab of their class had free slots: the pool
+  // gives them back to the arena at its next slow allocation (release_emptied), so an empty slab
+  // does not sit on arena memory until the next reclaim.
+  std::vector<slab*> emptied;
+  std::atomic<bool> has_emptied{false};
 };
 
 class slab_cache {
@@ -71,6 +102,9 @@ class slab_cache {
   void disown(stream_ref s);
   // Empty slabs go back to the arena; returns how many.
   std::size_t release_empty();
+  // The slabs the shards noted as emptied go back to the arena, except the last of their class
+  // and stream with free slots (kept, so a class that comes and goes does not churn slabs).
+  void release_emptied();
   // Stream `s`'s shard; the pointer stays valid as long as the slab cache.
   slab_shard& shard_for(stream_ref s);
 
@@ -105,6 +139,7 @@ class slab_cache {
     --sl->live;
     sl->free_slots.push_back(slot);
     if (!sl->listed) list_in(sh, sl);
+    note_if_emptied(sh, sl);
     return true;
   }
 
@@ -126,6 +161,14 @@ class slab_cache {
     sl->listed = true;
   }
   static void unlist(slab_shard& sh, slab* sl);
+  static void note_if_emptied(slab_shard& sh, slab* sl) {
+    if (sl->empty() && !sl->emptied && sh.partial[sl->cls].size() > 1) {
+      sl->emptied = true;
+      sh.emptied.push_back(sl);
+      sh.has_emptied.store(true, std::memory_order_relaxed);
+    }
+  }
+  void release_slab(slab* sl);  // under the pool's lock; `sl` unlisted and empty
   // Under the slab's shard lock.
   static void return_slot(slab* sl, std::uint32_t slot);
 
