@@ -171,6 +171,50 @@ TEST_P(StreamSafety, InterleavedStreamsWithPartialCompletion) {
   EXPECT_EQ(r->dev->used_bytes(), 0u);
 }
 
+// The front cache moves slots between its bins and its stream's slabs in batches (refill on a
+// miss, trim when a bin overflows). One thread on two streams, sizes across many small classes,
+// frees on the allocating stream and on the other one: every handout must be safe for its stream
+// (the model checks), and nothing may be lost or held twice (the invariants).
+TEST(FrontCacheBatches, NeverHandAStreamsSlotsToAnotherStream) {
+  for (const bool virtual_memory : {true, false}) {
+    sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .virtual_memory = virtual_memory},
+                   pool_options{});
+    const stream_ref A = r.dev->create_stream(), B = r.dev->create_stream();
+    std::vector<std::pair<void*, stream_ref>> held;
+    std::uint64_t x = 12345;
+    auto next = [&] {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      return x;
+    };
+    for (int step = 0; step < 20000; ++step) {
+      const std::uint64_t v = next();
+      if (held.size() < 300 && (v % 100 < 55 || held.empty())) {
+        const stream_ref s = (v >> 8) % 2 ? A : B;
+        const std::size_t bytes = std::size_t{256} << ((v >> 16) % 11);  // 256 B .. 256 KiB
+        held.emplace_back(r.allocate(bytes - (v >> 32) % 200, 256, s), s);
+      } else {
+        const std::size_t k = (v >> 8) % held.size();
+        // One free in five on the other stream: it lands in that stream's bins.
+        const stream_ref on = (v >> 40) % 5 == 0 ? (held[k].second == A ? B : A) : held[k].second;
+        r.deallocate(held[k].first, on);
+        held[k] = held.back();
+        held.pop_back();
+      }
+      if (step % 2000 == 0) {
+        r.p->check_invariants();
+        r.dev->complete(A);
+      }
+    }
+    r.p->check_invariants();
+    r.model->check_full();
+    for (auto& [p, s] : held) r.deallocate(p, s);
+    r.free_all_and_trim();
+    EXPECT_EQ(r.dev->used_bytes(), 0u);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Pool, StreamSafety,
     ::testing::Values(cfg{"VirtualLarge", true, 64 << 10, 3 * MiB}, cfg{"VirtualSlab", true, 64 << 10, 1024},
