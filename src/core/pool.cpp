@@ -40,12 +40,23 @@ std::unordered_set<std::uint64_t>& live_pools() {
 struct tls_front {
   std::uint64_t pool_id;
   detail::front_cache* fc;
+  pool::impl* owner;
+};
+// A thread's front caches, one per pool it used. When the thread ends, each that belongs to a pool
+// still alive is flushed and left for the pool's next new thread (threads come and go in pools of
+// workers; their caches should not).
+struct tls_registry {
+  std::vector<tls_front> v;
+  tls_registry() = default;
+  tls_registry(const tls_registry&) = delete;
+  tls_registry& operator=(const tls_registry&) = delete;
+  ~tls_registry();
 };
 // Default TLS model on purpose: an executable's linker relaxes it to the cheap local-exec form, and
 // a library loaded with dlopen (the PyTorch plug-in) needs the general one — initial-exec there
 // failed on the H200 machine with "cannot allocate memory in static TLS block".
-thread_local tls_front tls_last{0, nullptr};
-thread_local std::vector<tls_front> tls_fronts;
+thread_local tls_front tls_last{0, nullptr, nullptr};
+thread_local tls_registry tls_fronts;
 
 // Every front cache's lock, taken from outside (under the pool's lock) with one heavy fence.
 class all_fronts_locked {
@@ -84,6 +95,7 @@ struct pool::impl {
   detail::arena arena;
   detail::slab_cache slabs;
   std::vector<std::unique_ptr<detail::front_cache>> fronts;
+  std::vector<detail::front_cache*> orphans;  // fronts of ended threads, for the next new one
   std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use, under m
   pool_stats st;                               // slow-path counters, under m
   alignas(64) std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
@@ -130,7 +142,7 @@ struct pool::impl {
   }
   [[gnu::noinline]] detail::front_cache& find_front() {
     if (!bins_enabled) return *fronts.front();
-    for (const auto& t : tls_fronts)
+    for (const auto& t : tls_fronts.v)
       if (t.pool_id == id) {
         tls_last = t;
         return *t.fc;
@@ -138,18 +150,35 @@ struct pool::impl {
     detail::front_cache* fc;
     {
       std::lock_guard lock(m);
-      if (fronts.size() == 1) start_sharing();
-      fronts.push_back(std::make_unique<detail::front_cache>());
-      fc = fronts.back().get();
-      front_count.fetch_add(1, std::memory_order_relaxed);
+      if (!orphans.empty()) {
+        // A front cache whose thread has ended: empty of cached blocks, perhaps holding live ones.
+        fc = orphans.back();
+        orphans.pop_back();
+      } else {
+        if (fronts.size() == 1) start_sharing();
+        fronts.push_back(std::make_unique<detail::front_cache>());
+        fc = fronts.back().get();
+        front_count.fetch_add(1, std::memory_order_relaxed);
+      }
     }
-    if (tls_fronts.size() >= 16) {  // forget pools that are gone
+    if (tls_fronts.v.size() >= 16) {  // forget pools that are gone
       std::lock_guard lock(live_pools_mutex);
-      std::erase_if(tls_fronts, [](const tls_front& t) { return !live_pools().count(t.pool_id); });
+      std::erase_if(tls_fronts.v, [](const tls_front& t) { return !live_pools().count(t.pool_id); });
     }
-    tls_fronts.push_back({id, fc});
-    tls_last = tls_fronts.back();
+    tls_fronts.v.push_back({id, fc, this});
+    tls_last = tls_fronts.v.back();
     return *fc;
+  }
+
+  // The thread that owned `fc` has ended: its cached blocks go back, and the next new thread takes
+  // it over. Called with live_pools_mutex held, so the pool cannot go away meanwhile.
+  void orphan(detail::front_cache* fc) {
+    std::lock_guard lock(m);
+    {
+      std::lock_guard flock(fc->lock);
+      flush_front(*fc);
+    }
+    orphans.push_back(fc);
   }
 
   // Accounts a front cache's change of live bytes (already applied to fc.live_bytes), under its
@@ -225,32 +254,34 @@ struct pool::impl {
   // Under m: every front cache's bins go back, each block as freed on its bin's stream.
   void flush_fronts() {
     all_fronts_locked held(fronts);
+    for (auto& f : fronts) flush_front(*f);
+  }
+  // Under m and `f`'s lock: every cached block of `f` goes back, as freed on its bin's stream.
+  void flush_front(detail::front_cache& f) {
     std::vector<detail::block_rec> rest;  // blocks that are not slots of their stream's own slabs
-    for (auto& f : fronts) {
-      for (auto& sb : f->streams) {
-        if (!sb.cached_bytes) continue;
-        {
-          // The stream's own slots go back under one shard lock; the rest after it.
-          std::unique_lock<detail::spin_lock> shard_lock;
-          if (sb.shard) shard_lock = std::unique_lock(sb.shard->m);
-          for (auto& x : sb.bins) {
-            for (std::uint32_t k = 0; k < x.count; ++k) {
-              const detail::block_rec& r = f->recs[x.items[k]];
-              if (!(r.sl && sb.shard && detail::slab_cache::put_back(*sb.shard, r.sl, r.slot))) rest.push_back(r);
-              f->forget(x.items[k]);
-            }
-            x.count = 0;
+    for (auto& sb : f.streams) {
+      if (!sb.cached_bytes) continue;
+      {
+        // The stream's own slots go back under one shard lock; the rest after it.
+        std::unique_lock<detail::spin_lock> shard_lock;
+        if (sb.shard) shard_lock = std::unique_lock(sb.shard->m);
+        for (auto& x : sb.bins) {
+          for (std::uint32_t k = 0; k < x.count; ++k) {
+            const detail::block_rec& r = f.recs[x.items[k]];
+            if (!(r.sl && sb.shard && detail::slab_cache::put_back(*sb.shard, r.sl, r.slot))) rest.push_back(r);
+            f.forget(x.items[k]);
           }
+          x.count = 0;
         }
-        for (const auto& r : rest) {
-          if (r.sl)
-            slabs.deallocate(r.sl, r.addr, sb.stream, {});
-          else
-            arena.deallocate(r.addr, sb.stream);
-        }
-        rest.clear();
-        sb.cached_bytes = 0;
       }
+      for (const auto& r : rest) {
+        if (r.sl)
+          slabs.deallocate(r.sl, r.addr, sb.stream, {});
+        else
+          arena.deallocate(r.addr, sb.stream);
+      }
+      rest.clear();
+      sb.cached_bytes = 0;
     }
   }
 
@@ -453,6 +484,15 @@ struct pool::impl {
     return r;
   }
 };
+
+namespace {
+tls_registry::~tls_registry() {
+  for (const auto& t : v) {
+    std::lock_guard lock(live_pools_mutex);
+    if (live_pools().count(t.pool_id)) t.owner->orphan(t.fc);
+  }
+}
+}  // namespace
 
 pool::pool(upstream& up, ordering& ord, pool_options opts) : impl_(std::make_unique<impl>(up, ord, opts)) {}
 pool::~pool() = default;
