@@ -66,14 +66,17 @@ class all_fronts_locked {
       return f->lock;
     });
   }
-  ~all_fronts_locked() {
-    for (const auto& f : v_) f->lock.unlock();
+  // Gives the first `n` back early (their owners need not wait for the rest).
+  void release_first(std::size_t n) {
+    for (; released_ < n; ++released_) v_[released_]->lock.unlock();
   }
+  ~all_fronts_locked() { release_first(v_.size()); }
   all_fronts_locked(const all_fronts_locked&) = delete;
   all_fronts_locked& operator=(const all_fronts_locked&) = delete;
 
  private:
   const std::vector<std::unique_ptr<detail::front_cache>>& v_;
+  std::size_t released_ = 0;
 };
 }  // namespace
 
@@ -254,7 +257,10 @@ struct pool::impl {
   // Under m: every front cache's bins go back, each block as freed on its bin's stream.
   void flush_fronts() {
     all_fronts_locked held(fronts);
-    for (auto& f : fronts) flush_front(*f);
+    for (std::size_t i = 0; i < fronts.size(); ++i) {
+      flush_front(*fronts[i]);
+      held.release_first(i + 1);  // its owner may go on while the others are flushed
+    }
   }
   // Under m and `f`'s lock: every cached block of `f` goes back, as freed on its bin's stream.
   void flush_front(detail::front_cache& f) {
