@@ -1,15 +1,19 @@
 #pragma once
 // The front cache: per-thread, per-stream bins of freed blocks, and the thread's table of the
 // allocations it handed out. The common allocate/free touches only the calling thread's front
-// cache, whose lock no other thread takes in the common case: no shared cache line, so threads
-// scale.
+// cache, whose lock no other thread takes in the common case (front_lock.hpp): no shared cache
+// line, no atomic read-modify-write, so threads scale.
 //
 // Bins are by size class (8 per doubling, size_class.hpp). A small request is rounded to its class
 // before it reaches the front cache, so every slot of that class serves it; a large one (an arena
-// block, 256 B steps) takes only a block of exactly its size. A bin holds at most `bin_limit`
-// blocks. When a bin runs dry the front cache refills it with a batch of free slots from its
-// stream's slabs, and when it overflows it hands the older half back, each batch under one shard
-// lock (slab_cache.hpp), not the pool's lock: threads on different streams share no lock at all.
+// block, 256 B steps) takes only a block of exactly its size. Every block the front cache holds,
+// live or cached, has one record (block_rec) for its whole stay, found by address in `index`: the
+// common allocate pops a record from a bin and marks it live, the common free finds it, checks it
+// and pushes it back; the index changes only when a block enters or leaves the front cache.
+// A bin holds at most bin_limit_for(size) blocks. When it runs dry the pool refills it with a batch
+// of free slots from its stream's slabs, and when it overflows hands the older half back, each
+// batch under one shard lock (slab_cache.hpp), not the pool's lock: threads on different streams
+// share no lock at all.
 //
 // Why it stays correct with streams: a block enters the bin of the stream it was freed on, and a
 // bin serves only requests on that same stream. Work on one stream runs in order, so the new
@@ -18,9 +22,9 @@
 // freed on another stream reaches its slab only after the stream clock says so), and a trimmed
 // slot goes back only to a slab its bin's stream owns, as a free on that stream; any other block
 // leaves a bin only through the pool's lock. A block never leaves a bin for another stream: when
-// the pool flushes a front cache (pressure, trim), each block goes back to the slab cache or arena
-// as freed on its bin's stream, and from there the stream clock's events decide when other streams
-// may have it.
+// the pool flushes a front cache (pressure, trim, its thread's end), each block goes back to the
+// slab cache or arena as freed on its bin's stream, and from there the stream clock's events
+// decide when other streams may have it.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
