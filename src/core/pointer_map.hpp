@@ -36,12 +36,6 @@ class pointer_map {
     erase_index(i);
     return true;
   }
-  // Erases the member whose value `find` returned, without probing again. `v` must be that
-  // pointer, and nothing may have been inserted or erased since.
-  [[gnu::always_inline]] void erase_found(V* v) noexcept {
-    erase_index(static_cast<std::size_t>(reinterpret_cast<slot*>(reinterpret_cast<char*>(v) - offsetof(slot, value)) -
-                                         slots_.data()));
-  }
   std::size_t size() const noexcept { return size_; }
   template <class F>
   void for_each(F&& f) const {

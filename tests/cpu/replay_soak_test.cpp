@@ -18,6 +18,7 @@ namespace gpumem {
 namespace {
 
 using testing_support::make_inner_target;
+using testing_support::scribbling_replay_target;
 using testing_support::wrapped_replay_target;
 
 const std::string examples = GPUMEM_EXAMPLES;
@@ -173,28 +174,14 @@ TEST(replay_soak, misaligned_blocks_are_caught) {
   EXPECT_NE(r.integrity_notes.front().find("not aligned to 256 B"), std::string::npos) << r.integrity_notes.front();
 }
 
-// Real host memory; every 25th allocation scribbles over the block handed out just before it
-// (already stamped by then), as memory handed out under a live block would be written.
-struct scribbling_target : wrapped_replay_target {
-  scribbling_target() : wrapped_replay_target(make_inner_target("malloc")) {}
-  void* allocate(std::size_t bytes, stream_ref s) override {
-    if (++count % 25 == 0 && last && last_bytes >= 4) std::memset(last, 0xA5, last_bytes);
-    void* p = inner->allocate(bytes, s);
-    last = p;
-    last_bytes = bytes;
-    return p;
-  }
-  void deallocate(void* p, std::size_t bytes, stream_ref s) override {
-    if (p == last) last = nullptr;
-    inner->deallocate(p, bytes, s);
-  }
-  std::uint64_t count = 0;
-  void* last = nullptr;
-  std::size_t last_bytes = 0;
-};
+// Real host memory; every 25th allocation scribbles over the block handed out just before it.
+std::unique_ptr<replay_target> make_scribbling_target() {
+  return std::make_unique<scribbling_replay_target>(make_inner_target("malloc"), 25,
+                                                    [](void* p, std::size_t bytes, stream_ref) { std::memset(p, 0xA5, bytes); });
+}
 
 TEST(replay_soak, a_live_block_written_by_someone_else_is_caught) {
-  register_replay_target("test-scribbling", [](const replay_options&) { return std::make_unique<scribbling_target>(); });
+  register_replay_target("test-scribbling", [](const replay_options&) { return make_scribbling_target(); });
   const trace t = synthetic_trace(2000);
   const replay_result r = replay(t, soak("test-scribbling", 1, 1));
   EXPECT_EQ(r.overlaps, 0u);

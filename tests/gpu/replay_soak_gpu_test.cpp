@@ -17,6 +17,7 @@ namespace gpumem::test {
 namespace {
 
 using testing_support::make_inner_target;
+using testing_support::scribbling_replay_target;
 using testing_support::wrapped_replay_target;
 
 // The binary may run on another machine than it was built on (the GPU machine gets it carried):
@@ -51,40 +52,25 @@ TEST(replay_soak_gpu, every_block_verified_and_clean) {
 }
 
 // gpu-pool, except that every 10th allocation first fills the block handed out just before it
-// (stamped by then, still live) with 0xA5, on the stream it was stamped on.
-struct scribbling_gpu_target : wrapped_replay_target {
-  scribbling_gpu_target() : wrapped_replay_target(make_inner_target("gpu-pool")) {}
-  void* allocate(std::size_t bytes, stream_ref s) override {
-    if (++count % 10 == 0 && last && last_bytes >= 4) {
-      EXPECT_EQ(cudaMemsetAsync(last, 0xA5, last_bytes, reinterpret_cast<cudaStream_t>(last_stream)), cudaSuccess);
-      ++scribbled;
-    }
-    void* p = inner->allocate(bytes, s);
-    last = p;
-    last_bytes = bytes;
-    last_stream = s;
-    return p;
-  }
-  void deallocate(void* p, std::size_t bytes, stream_ref s) override {
-    if (p == last) last = nullptr;
-    inner->deallocate(p, bytes, s);
-  }
-  std::uint64_t count = 0;
-  void* last = nullptr;
-  std::size_t last_bytes = 0;
-  stream_ref last_stream = 0;
-  static inline std::uint64_t scribbled = 0;
-};
+// (stamped by then, still live) with 0xA5, on the stream it was allocated on.
+std::uint64_t scribbled = 0;
+std::unique_ptr<replay_target> make_scribbling_gpu_target() {
+  return std::make_unique<scribbling_replay_target>(
+      make_inner_target("gpu-pool"), 10, [](void* p, std::size_t bytes, stream_ref s) {
+        EXPECT_EQ(cudaMemsetAsync(p, 0xA5, bytes, reinterpret_cast<cudaStream_t>(s)), cudaSuccess);
+        ++scribbled;
+      });
+}
 
 TEST(replay_soak_gpu, a_stamped_block_overwritten_before_free_is_counted) {
   GPUMEM_REQUIRE_GPU();
   register_gpu_replay_targets();
   register_replay_target("test-gpu-scribbling",
-                         [](const replay_options&) { return std::make_unique<scribbling_gpu_target>(); });
-  scribbling_gpu_target::scribbled = 0;
+                         [](const replay_options&) { return make_scribbling_gpu_target(); });
+  scribbled = 0;
   const trace t = read_trace(examples + "/small_training.csv");
   const replay_result r = replay(t, soak("test-gpu-scribbling", 1));
-  ASSERT_GT(scribbling_gpu_target::scribbled, 0u);
+  ASSERT_GT(scribbled, 0u);
   EXPECT_EQ(r.overlaps, 0u);
   EXPECT_GT(r.mismatched_words, 0u);
   EXPECT_GT(r.integrity_mismatches(), 0u);
