@@ -27,8 +27,11 @@ import tempfile
 import time
 
 MODELS = ["resnet50_train", "gpt2_train", "bert_infer", "llama_generate", "cupy_ops"]
-DEFAULT_STEPS = {"resnet50_train": 12, "gpt2_train": 12, "bert_infer": 40, "llama_generate": 8,
+DEFAULT_STEPS = {"resnet50_train": 20, "gpt2_train": 20, "bert_infer": 40, "llama_generate": 16,
                  "cupy_ops": 200}
+# Steps left out of the median: gpt2 and llama cycle through 10 and 8 shapes, so their first cycle
+# is the warm-up (every shape seen once, by both allocators); the rest repeat nothing or everything.
+WARM_STEPS = {"resnet50_train": 3, "gpt2_train": 10, "bert_infer": 5, "llama_generate": 8, "cupy_ops": 3}
 # Relative tolerance when comparing per-step outputs of the two allocators. Training runs use
 # atomics in backward kernels, so the same seeds give close, not identical, losses.
 RTOL = {"resnet50_train": 5e-2, "gpt2_train": 5e-2, "bert_infer": 1e-2, "llama_generate": 0.0,
@@ -37,12 +40,37 @@ CHILD_TIMEOUT_S = 120
 
 
 # ------------------------------------------------------------------------------------------ child
+# gpumem runs: granules the pool mapped + unmapped during each timed step (each costs tens of µs
+# of driver time on a GPU), so a slow step can be told apart from a slow allocator.
+STEP_GRANULES: list = []
+_granule_probe = None
+
+
+def _granules_now():
+    s = _granule_probe()
+    return s["granules_mapped"] + s["granules_unmapped"]
+
+
 def _sync_time(torch, fn):
     torch.cuda.synchronize()
+    g0 = _granules_now() if _granule_probe else 0
     t0 = time.perf_counter()
     out = fn()
     torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3, out
+    ms = (time.perf_counter() - t0) * 1e3
+    if _granule_probe:
+        STEP_GRANULES.append(_granules_now() - g0)
+    return ms, out
+
+
+def _gpumem_options(alloc):
+    """"gpumem" -> {}; "gpumem:idle_budget=0.1,front_cache=0" -> those pool options."""
+    _, _, text = alloc.partition(":")
+    opts = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        opts[key.strip()] = value.strip()
+    return opts
 
 
 def _seed(torch, seed=1234):
@@ -188,14 +216,16 @@ def run_cupy_ops(cp, steps, stats_fn):
 def child(model, alloc, steps, out_path):
     t_start = time.perf_counter()
     result = {"model": model, "allocator": alloc, "steps": steps}
+    global _granule_probe
+    is_gpumem = alloc.startswith("gpumem")
     if model == "cupy_ops":
-        if alloc == "gpumem":
+        if is_gpumem:
             import gpumem
             import gpumem.cupy
-            gpumem.cupy.use()
+            gpumem.cupy.use(**_gpumem_options(alloc))
         import cupy as cp
         pool = cp.get_default_memory_pool()
-        if alloc == "gpumem":
+        if is_gpumem:
             def stats_fn():
                 s = gpumem.stats()
                 return s["live_bytes"], s["reserved_bytes"]
@@ -203,21 +233,22 @@ def child(model, alloc, steps, out_path):
             def stats_fn():
                 return pool.used_bytes(), pool.total_bytes()
         times, values, pu, pr = run_cupy_ops(cp, steps, stats_fn)
-        if alloc == "gpumem":   # exact peaks, not sampled
+        if is_gpumem:   # exact peaks, not sampled
             s = gpumem.stats()
             pu, pr = s["peak_live_bytes"], s["peak_reserved_bytes"]
         result.update(peak_allocated_bytes=pu, peak_reserved_bytes=pr,
                       device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
     else:
-        if alloc == "gpumem":
+        if is_gpumem:
             import gpumem
             import gpumem.torch
-            gpumem.torch.use()   # first thing: before any CUDA allocation
+            gpumem.torch.use(**_gpumem_options(alloc))   # first thing: before any CUDA allocation
+            _granule_probe = gpumem.stats
         import torch
         fn = globals()["run_" + model]
         times, values = fn(torch, steps)
         torch.cuda.synchronize()
-        if alloc == "gpumem":
+        if is_gpumem:
             s = gpumem.stats()
             result.update(peak_allocated_bytes=s["peak_live_bytes"],
                           peak_reserved_bytes=s["peak_reserved_bytes"], gpumem_stats=s,
@@ -226,8 +257,10 @@ def child(model, alloc, steps, out_path):
             result.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                           peak_reserved_bytes=torch.cuda.max_memory_reserved())
         result.update(device=torch.cuda.get_device_name(0), torch=torch.__version__)
-    warm = min(3, max(1, len(times) // 4))
+    warm = min(WARM_STEPS[model], max(1, len(times) // 2))
     steady = times[warm:] or times
+    if STEP_GRANULES:
+        result.update(step_granules=STEP_GRANULES)
     result.update(step_ms_median=statistics.median(steady), step_ms=[round(t, 3) for t in times],
                   values=values, wall_s=round(time.perf_counter() - t_start, 2), ok=True)
     with open(out_path, "w") as f:
@@ -275,6 +308,13 @@ def compare(model, a, b):
     return worst <= RTOL[model], worst
 
 
+def steady_granules(run):
+    """Mean granules mapped + unmapped per step after the warm-up steps, or '-'."""
+    g = run.get("step_granules") or []
+    steady = g[min(WARM_STEPS[run["model"]], max(1, len(g) // 2)):] or g
+    return f"{sum(steady) / len(steady):.1f}" if steady else "-"
+
+
 def fmt_ratio(x, y):
     return f"{x / y:.3f}" if x and y else "-"
 
@@ -284,7 +324,10 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ",".join(MODELS))
     ap.add_argument("--steps", type=int, default=0, help="steps per model (default: per model)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--alloc", choices=["native", "gpumem"], help=argparse.SUPPRESS)
+    ap.add_argument("--variants", default="",
+                    help="more gpumem runs with pool options, ';'-separated, e.g. "
+                         "'idle_budget=0.1;idle_budget=0.25' (each row is compared with native)")
+    ap.add_argument("--alloc", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -295,39 +338,47 @@ def main():
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown models: {unknown}")
+    allocs = ["native", "gpumem"] + ["gpumem:" + v.strip() for v in args.variants.split(";") if v.strip()]
     rows, all_ok = [], True
     for model in models:
         steps = args.steps or DEFAULT_STEPS[model]
         runs = {}
-        for alloc in ("native", "gpumem"):
+        for alloc in allocs:
             res = run_one(model, alloc, steps)
             runs[alloc] = res
-            line = {k: v for k, v in res.items() if k not in ("values", "step_ms")}
+            line = {k: v for k, v in res.items() if k not in ("values", "step_ms", "step_granules")}
             print(json.dumps(line), flush=True)
+            print(json.dumps({"model": model, "allocator": alloc, "step_ms": res.get("step_ms"),
+                              "step_granules": res.get("step_granules")}), flush=True)
             all_ok &= bool(res.get("ok"))
-        n, g = runs["native"], runs["gpumem"]
-        match, diff = compare(model, n, g) if n.get("ok") and g.get("ok") else (False, None)
-        all_ok &= match
-        print(json.dumps({"model": model, "compare": "outputs", "match": match,
-                          "max_rel_diff": diff, "rtol": RTOL[model]}), flush=True)
-        rows.append((model, n, g, match, diff))
+        n = runs["native"]
+        for alloc in allocs[1:]:
+            g = runs[alloc]
+            match, diff = compare(model, n, g) if n.get("ok") and g.get("ok") else (False, None)
+            all_ok &= match
+            print(json.dumps({"model": model, "allocator": alloc, "compare": "outputs", "match": match,
+                              "max_rel_diff": diff, "rtol": RTOL[model]}), flush=True)
+            label = model if alloc == "gpumem" else f"{model} [{alloc[len('gpumem:'):]}]"
+            rows.append((label, n, g, match, diff))
 
     print()
-    hdr = (f"{'model':<16}{'native ms':>11}{'gpumem ms':>11}{'time g/n':>10}"
-           f"{'n res/alloc':>13}{'g res/alloc':>13}{'res g/n':>9}{'outputs':>10}")
+    hdr = (f"{'model':<34}{'native ms':>11}{'gpumem ms':>11}{'time g/n':>10}"
+           f"{'n res/alloc':>13}{'g res/alloc':>13}{'res g/n':>9}{'gran/step':>10}{'outputs':>10}")
     print(hdr)
     print("-" * len(hdr))
     for model, n, g, match, diff in rows:
         nm, gm = n.get("step_ms_median"), g.get("step_ms_median")
-        print(f"{model:<16}{(f'{nm:.2f}' if nm else '-'):>11}{(f'{gm:.2f}' if gm else '-'):>11}"
+        print(f"{model:<34}{(f'{nm:.2f}' if nm else '-'):>11}{(f'{gm:.2f}' if gm else '-'):>11}"
               f"{fmt_ratio(gm, nm):>10}"
               f"{fmt_ratio(n.get('peak_reserved_bytes'), n.get('peak_allocated_bytes')):>13}"
               f"{fmt_ratio(g.get('peak_reserved_bytes'), g.get('peak_allocated_bytes')):>13}"
               f"{fmt_ratio(g.get('peak_reserved_bytes'), n.get('peak_reserved_bytes')):>9}"
+              f"{steady_granules(g):>10}"
               f"{('same' if match else 'FAILED' if not (n.get('ok') and g.get('ok')) else 'DIFFER'):>10}")
     print("\ntime g/n: median step time gpumem / native (after warm-up); res/alloc: peak reserved /"
           " peak allocated; res g/n: gpumem peak reserved / native peak reserved. cupy_ops' native"
-          " is CuPy's MemoryPool (reserved = total_bytes(), sampled per iteration).")
+          " is CuPy's MemoryPool (reserved = total_bytes(), sampled per iteration). gran/step: granules"
+          " gpumem mapped + unmapped per step after warm-up (driver calls of tens of µs each).")
     return 0 if all_ok else 1
 
 

@@ -7,7 +7,9 @@ Writes OUT_DIR/snapshot.pickle (``torch.cuda.memory._dump_snapshot``) and OUT_DI
 (``max_memory_allocated`` and friends). History recording starts before the first CUDA allocation,
 so every block the job ever allocates is in the snapshot: the snapshot converted with
 ``torch_snapshot_to_csv.py`` and replayed through ``gpumem replay --resource exact`` must then peak at
-exactly PyTorch's ``max_memory_allocated`` (both count the caching allocator's block sizes).
+exactly PyTorch's peak of requested bytes (``memory_stats()["requested_bytes.all.peak"]``): the
+snapshot's alloc entries carry the size the caller asked for. ``max_memory_allocated`` counts the
+caching allocator's rounded block sizes and is a little higher (0.5% on the H200 run).
 
 The job: a small GPT-style decoder (pure torch, no downloads) trained with AdamW for a few steps on
 random tokens whose batch and sequence length change every step (the varying shapes that fragment
@@ -79,6 +81,10 @@ def main():
         "steps": args.steps,
         "shapes": shapes,
         "losses": losses,
+        # The peak of the sizes callers asked for: what the snapshot's alloc entries carry, so the
+        # converted trace's peak live must equal it. max_memory_allocated counts PyTorch's rounded
+        # block sizes (512 B steps, unsplit remainders) and is higher.
+        "max_memory_requested": stats.get("requested_bytes.all.peak", -1),
         "max_memory_allocated": torch.cuda.max_memory_allocated(),
         "memory_allocated_at_end": torch.cuda.memory_allocated(),
         "max_memory_reserved": torch.cuda.max_memory_reserved(),

@@ -22,11 +22,11 @@ timeout 15 bash "$HERE/scripts/snapshot_check.sh" "$O/snap" "$D/gpumem" >> "$O/s
 echo "check rc=$?" >> "$O/snapshot.log"
 
 echo "== soak" > "$O/soak.log"
-timeout 55 "$D/gpumem" replay "$D/traces/llama_serve.csv.gz" --resource gpu-pool --ops "$SOAK_OPS" \
+timeout ${SOAK_TIMEOUT:-70} "$D/gpumem" replay "$D/traces/llama_serve.csv.gz" --resource gpu-pool --ops "$SOAK_OPS" \
   --verify-every 256 --json > "$O/soak.json" 2>> "$O/soak.log"
 echo "soak rc=$?" >> "$O/soak.log"
 
-GPUMEM_EXAMPLES="$HERE/examples" timeout 25 "$D/gpumem_gpu_tests" \
+GPUMEM_EXAMPLES="$HERE/examples" timeout 45 "$D/gpumem_gpu_tests" \
   --gtest_filter="${GPU_FILTER:-replay_soak_gpu.*:PoolOnGpu*:VmmUpstream*:CrossStreamSafety*:GpuPool*}" \
   > "$O/gpu_tests.log" 2>&1
 echo "rc=$?" >> "$O/gpu_tests.log"
@@ -37,7 +37,21 @@ echo "bench rc=$?" >> "$O/bench.err"
 
 echo "== summary"
 tail -6 "$O/snapshot.log"
-cat "$O/soak.log"; head -c 1500 "$O/soak.json"; echo
+cat "$O/soak.log"
+python3 - "$O/soak.json" <<'PY'
+import json, sys
+try:
+    r = json.loads(open(sys.argv[1]).read())
+except Exception as e:
+    print("soak: no result:", e); sys.exit(0)
+print({k: r.get(k) for k in ("ops", "passes", "ns_per_op", "overlaps", "misaligned", "mismatched_words",
+                             "verified_blocks", "soak_growth", "fragmentation",
+                             "granules_mapped_unmapped_per_1000_ops")})
+log = r.get("pass_log", [])
+for p in log[:3] + log[3::max(1, len(log) // 12)]:
+    print("  pass", p["pass"], "peak reserved MiB", p["peak_reserved_bytes"] >> 20, "granules", p.get("granules_moved"),
+          "s %.1f" % p.get("seconds", 0))
+PY
 grep -E "tests ran|PASSED|FAILED|rc=" "$O/gpu_tests.log" | tail -8
 tail -1 "$O/bench.err"
 python3 -c "

@@ -7,12 +7,14 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -39,9 +41,20 @@ class torch_allocator final : public gpumem::tools::bench_allocator {
     return alloc::raw_alloc_with_stream(bytes, reinterpret_cast<cudaStream_t>(s));
   }
   void free(void* p, std::size_t, stream_ref) override { alloc::raw_delete(p); }
-  // Streams from c10's pool (32 per priority, handed out round-robin): 16 threads get 16 streams.
+  // Streams of our own, as the other GPU peers get: c10's stream pool needs libtorch_cuda's device
+  // hooks, which this program does not load (getStreamFromPool aborts with "Should never been
+  // called" on the H200 machine). The caching allocator takes any cudaStream_t.
   stream_ref create_stream() override {
-    return reinterpret_cast<stream_ref>(c10::cuda::getStreamFromPool(false).stream());
+    cudaStream_t s = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+      throw std::runtime_error("bench_torch_peer: cudaStreamCreateWithFlags failed");
+    return reinterpret_cast<stream_ref>(s);
+  }
+  void destroy_stream(stream_ref s) override {
+    if (s) {
+      c10::cuda::device_synchronize();
+      cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s));
+    }
   }
   void synchronize() override { c10::cuda::device_synchronize(); }
 };

@@ -51,6 +51,11 @@ struct soak_pass {
   std::size_t reserved_at_end_bytes = 0;
   std::size_t peak_reserved_bytes = 0;  // the target's peak so far
   std::uint64_t integrity_mismatches = 0;  // so far
+  // So far, from the target's pool_stats (zeros for targets without a pool): granules mapped plus
+  // unmapped, and the upstream calls that did it — what the slow path cost up to this pass's end.
+  std::uint64_t granules_moved = 0;
+  std::uint64_t map_unmap_calls = 0;
+  double seconds = 0.0;                    // since the soak began
 };
 
 struct replay_result {

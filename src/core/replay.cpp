@@ -97,11 +97,15 @@ std::unique_ptr<replay_target> make_replay_target(const replay_options& o) {
   if (o.resource == "pool-segments") return std::make_unique<pool_target>(o, false);
   if (o.resource == "exact") return std::make_unique<exact_target>(o);
   if (o.resource == "malloc") return std::make_unique<malloc_target>();
+  replay_target_factory make;
   {
     std::lock_guard lock(registry_mutex);
-    for (const auto& [name, make] : registry())
-      if (name == o.resource) return make(o);
+    for (const auto& [name, m] : registry())
+      if (name == o.resource) make = m;
   }
+  // Called without the lock: a factory may make its inner target through here (the tests' wrapped
+  // targets do), which would otherwise wait on the lock it holds.
+  if (make) return make(o);
   std::string names;
   for (const auto& n : replay_resources()) names += (names.empty() ? "" : ", ") + n;
   throw std::invalid_argument(fmt::format("unknown resource '{}' (known: {})", o.resource, names));
@@ -245,7 +249,10 @@ replay_result replay(const trace& t, const replay_options& opts) {
     if (opts.progress && (i & 0xffff) == 0) opts.progress(pass * total + i, passes * total);
   }
   const bool last = pass + 1 == passes;
-  soak_pass log_entry{pass, tgt->reserved(), tgt->peak_reserved(), 0};
+  const pool_stats so_far = tgt->stats();
+  soak_pass log_entry{pass, tgt->reserved(), tgt->peak_reserved(), 0, so_far.maps + so_far.unmaps,
+                      so_far.map_calls + so_far.unmap_calls,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   // A soak's next pass starts from what the trace left live: give it back so slots start clean.
   if (!last)
     for (auto& b : live)

@@ -32,7 +32,7 @@ class gpu_bench_allocator : public bench_allocator {
 
 class gpumem_gpu_allocator final : public gpu_bench_allocator {
  public:
-  gpumem_gpu_allocator() : pool_(options()) {}
+  explicit gpumem_gpu_allocator(const pool_options& o) : pool_(options(o)) {}
   std::string name() const override { return "gpumem-gpu"; }
   void* alloc(std::size_t bytes, stream_ref s) override {
     return pool_.allocate(bytes, default_alignment, s);
@@ -41,15 +41,17 @@ class gpumem_gpu_allocator final : public gpu_bench_allocator {
     pool_.deallocate(p, bytes, default_alignment, s);
   }
   bool is_gpumem() const override { return true; }
+  pool_options gpumem_pool_options() const override { return pool_.pool().options(); }
   void destroy_stream(stream_ref s) override {
     if (s) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies
     gpu_bench_allocator::destroy_stream(s);
   }
 
  private:
-  static gpu_pool_options options() {
+  static gpu_pool_options options(const pool_options& p) {
     gpu_pool_options o;
     o.upstream = gpu_upstream_kind::vmm;
+    o.pool = p;
     return o;
   }
   gpu_pool pool_;
@@ -116,9 +118,9 @@ class cub_allocator final : public gpu_bench_allocator {
 
 }  // namespace
 
-std::vector<bench_allocator_maker> gpu_bench_allocators() {
+std::vector<bench_allocator_maker> gpu_bench_allocators(const pool_options& gpumem) {
   return {
-      {"gpumem-gpu", [] { return std::make_unique<gpumem_gpu_allocator>(); }},
+      {"gpumem-gpu", [gpumem] { return std::make_unique<gpumem_gpu_allocator>(gpumem); }},
       {"cuda-malloc", [] { return std::make_unique<cuda_malloc_allocator>(); }},
       {"cuda-malloc-async", [] { return std::make_unique<cuda_malloc_async_allocator>(); }},
       {"cub-caching", [] { return std::make_unique<cub_allocator>(); }},

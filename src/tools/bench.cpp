@@ -32,6 +32,7 @@ struct bench_args {
   int reps = 5;
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
+  double idle_budget = pool_options{}.idle_budget;
 };
 
 // Trace files: those given, else every *.csv.gz in $GPUMEM_TRACES, shared/traces or
@@ -153,10 +154,12 @@ int run_bench(const bench_args& args) {
     fmt::print(stderr, "gpumem bench: this build has no CUDA layer; running on the simulated device\n");
 #endif
   std::vector<bench_allocator_maker> makers;
+  pool_options gpumem_options;
+  gpumem_options.idle_budget = args.idle_budget;
 #if GPUMEM_HAVE_CUDA
-  if (on_gpu) makers = gpu_bench_allocators();
+  if (on_gpu) makers = gpu_bench_allocators(gpumem_options);
 #endif
-  if (!on_gpu) makers = cpu_bench_allocators();
+  if (!on_gpu) makers = cpu_bench_allocators(gpumem_options);
   if (!args.allocators.empty()) {
     std::erase_if(makers, [&](const bench_allocator_maker& m) {
       return std::find(args.allocators.begin(), args.allocators.end(), m.name) == args.allocators.end();
@@ -232,6 +235,11 @@ const registrar reg{command{
                      "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces, "
                      "../shared/traces)");
       sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
+      sub.add_option("--idle-budget", args->idle_budget,
+                     "gpumem's pool_options::idle_budget: idle mapped memory kept, as a fraction of live, "
+                     "rather than remapped elsewhere (0, the default, is the tightest)")
+          ->check(CLI::Range(0.0, 1e6))
+          ->capture_default_str();
       sub.callback([args, &exit_code] { exit_code = run_bench(*args); });
     }}};
 

@@ -16,7 +16,7 @@ constexpr std::size_t sim_capacity = std::size_t{1} << 40;
 
 class sim_pool_allocator final : public bench_allocator {
  public:
-  sim_pool_allocator() : dev_(options()), pool_(dev_.memory(), dev_.streams()) {}
+  explicit sim_pool_allocator(const pool_options& o) : dev_(options()), pool_(dev_.memory(), dev_.streams(), o) {}
   std::string name() const override { return "gpumem-sim"; }
   std::string device() const override { return "simulated"; }
   void* alloc(std::size_t bytes, stream_ref s) override {
@@ -28,6 +28,7 @@ class sim_pool_allocator final : public bench_allocator {
   stream_ref create_stream() override { return dev_.create_stream(); }
   std::string replay_resource() const override { return "pool"; }
   bool is_gpumem() const override { return true; }
+  pool_options gpumem_pool_options() const override { return pool_.options(); }
 
  private:
   static sim_options options() {
@@ -55,9 +56,9 @@ class malloc_allocator final : public bench_allocator {
 
 }  // namespace
 
-std::vector<bench_allocator_maker> cpu_bench_allocators() {
+std::vector<bench_allocator_maker> cpu_bench_allocators(const pool_options& gpumem) {
   return {
-      {"gpumem-sim", [] { return std::make_unique<sim_pool_allocator>(); }},
+      {"gpumem-sim", [gpumem] { return std::make_unique<sim_pool_allocator>(gpumem); }},
       {"malloc", [] { return std::make_unique<malloc_allocator>(); }},
   };
 }

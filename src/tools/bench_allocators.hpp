@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpumem/core.hpp"
+#include "gpumem/pool.hpp"
 
 namespace gpumem::tools {
 
@@ -37,6 +38,8 @@ class bench_allocator {
   virtual std::string replay_resource() const { return {}; }
   // gpumem's own allocator: the tables show its ratio to every other one.
   virtual bool is_gpumem() const { return false; }
+  // gpumem's allocators: the pool options it runs with (replay through gpumem::replay uses them).
+  virtual pool_options gpumem_pool_options() const { return {}; }
 };
 
 // Allocators are made one at a time and destroyed before the next, so their caches never compete
@@ -46,13 +49,14 @@ struct bench_allocator_maker {
   std::function<std::unique_ptr<bench_allocator>()> make;
 };
 
-// gpumem::pool on a sim_device (virtual memory, 1 TiB, events complete at once) and malloc/free.
-std::vector<bench_allocator_maker> cpu_bench_allocators();
+// gpumem::pool on a sim_device (virtual memory, 1 TiB, events complete at once) with `gpumem`'s
+// options, and malloc/free.
+std::vector<bench_allocator_maker> cpu_bench_allocators(const pool_options& gpumem = {});
 
 #if GPUMEM_HAVE_CUDA
 // gpumem's gpu_pool (vmm upstream), cudaMalloc/cudaFree, cudaMallocAsync/cudaFreeAsync on the
 // device's default pool (release threshold UINT64_MAX), cub::CachingDeviceAllocator. Needs a GPU.
-std::vector<bench_allocator_maker> gpu_bench_allocators();
+std::vector<bench_allocator_maker> gpu_bench_allocators(const pool_options& gpumem = {});
 #endif
 
 }  // namespace gpumem::tools

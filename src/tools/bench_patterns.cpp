@@ -428,6 +428,7 @@ std::vector<bench_result> bench_replay(bench_allocator& a, const std::vector<tra
         replay_options o;
         o.resource = res;
         o.capacity_bytes = std::size_t{1} << 40;
+        o.pool = a.gpumem_pool_options();
         std::vector<double> samples;
         for (int rep = 0; rep < c.reps; ++rep) {
           const replay_result rr = replay(t, o);

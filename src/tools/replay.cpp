@@ -25,6 +25,7 @@ struct replay_args {
   std::size_t passes = 1;
   std::string ops;           // --ops: a count; empty: --passes decides
   std::string verify_every;  // --verify-every: a count; empty: no integrity checks
+  double idle_budget = pool_options{}.idle_budget;
 };
 
 // A CLI11 check that the text is a count, at least `minimum`: the message says what is wrong.
@@ -62,7 +63,10 @@ nlohmann::json to_json(const replay_result& r) {
       log.push_back({{"pass", p.pass + 1},
                      {"reserved_at_end_bytes", p.reserved_at_end_bytes},
                      {"peak_reserved_bytes", p.peak_reserved_bytes},
-                     {"integrity_mismatches", p.integrity_mismatches}});
+                     {"integrity_mismatches", p.integrity_mismatches},
+                     {"granules_moved", p.granules_moved},
+                     {"map_unmap_calls", p.map_unmap_calls},
+                     {"seconds", p.seconds}});
   }
   if (r.integrity_checked) {
     j["verify_every"] = r.verify_every;
@@ -116,6 +120,7 @@ int run(const replay_args& a) {
   replay_options base;
   base.capacity_bytes = parse_byte_size(a.capacity);
   base.passes = a.passes;
+  base.pool.idle_budget = a.idle_budget;
   if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
   if (!a.verify_every.empty()) {
     base.check_integrity = true;
@@ -181,6 +186,11 @@ const registrar reg{command{
                      "check integrity: every block for overlap with the live ones and alignment, and every K-th "
                      "allocation's data (stamped after allocation, checked before free; 0: no data check)")
           ->check(count_at_least(0));
+      sub.add_option("--idle-budget", args->idle_budget,
+                     "pool resources: idle mapped memory kept as a fraction of live rather than remapped "
+                     "elsewhere (pool_options::idle_budget; 0 is the tightest, more trades memory for driver calls)")
+          ->check(CLI::Range(0.0, 1e6))
+          ->capture_default_str();
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
       sub.callback([args, &exit_code] { exit_code = run(*args); });

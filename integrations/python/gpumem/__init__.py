@@ -21,7 +21,8 @@ __all__ = ["configure", "last_error", "library_path", "stats", "trim", "record_s
            "reset_peaks"]
 
 _STAT_KEYS = ("live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes",
-              "allocations", "frees")
+              "allocations", "frees", "upstream_allocations", "granules_mapped", "granules_unmapped",
+              "map_calls", "unmap_calls", "events_recorded", "front_hits", "failed_allocations")
 
 
 def _device(device) -> int:
@@ -36,11 +37,15 @@ def _device(device) -> int:
 
 def stats(device=None) -> dict:
     """The pool's figures for `device` (default: current): live_bytes, peak_live_bytes,
-    reserved_bytes, peak_reserved_bytes, allocations, frees. Zeros before the first allocation."""
-    out = (ctypes.c_size_t * 6)()
-    if _lib.load().gpumem_stats(_device(device), out) != 0:
+    reserved_bytes, peak_reserved_bytes, allocations, frees; and what its slow path did:
+    upstream_allocations, granules_mapped / granules_unmapped and the map_calls / unmap_calls that
+    did it (each granule costs tens of µs on a GPU), events_recorded, front_hits (requests served
+    without the pool's lock), failed_allocations. Zeros before the first allocation."""
+    out = (ctypes.c_uint64 * len(_STAT_KEYS))()
+    got = _lib.load().gpumem_stats_ex(_device(device), out, len(_STAT_KEYS))
+    if got < 0:
         raise RuntimeError(last_error())
-    return dict(zip(_STAT_KEYS, (int(v) for v in out)))
+    return dict(zip(_STAT_KEYS[:got], (int(v) for v in out)))
 
 
 def trim(device=None) -> None:

@@ -61,6 +61,8 @@ def load() -> ctypes.CDLL:
         lib.gpumem_configure.restype = i
         lib.gpumem_stats.argtypes = [i, ctypes.POINTER(sz)]
         lib.gpumem_stats.restype = i
+        lib.gpumem_stats_ex.argtypes = [i, ctypes.POINTER(ctypes.c_uint64), i]
+        lib.gpumem_stats_ex.restype = i
         lib.gpumem_trim.argtypes = [i]
         lib.gpumem_trim.restype = i
         lib.gpumem_trim_all.argtypes = []
