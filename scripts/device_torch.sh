@@ -8,6 +8,7 @@
 #   device: run(command="scripts/device_torch.sh", carry=[".carry/torch"])
 # Env: GPUMEM_DIST (default .carry/torch), MODELS (default all), STEPS (default per model),
 #      VARIANTS (more gpumem runs with pool options, e.g. "idle_budget=0.1;idle_budget=0.25"),
+#      REPEAT (runs per allocator, interleaved),
 #      SKIP_BENCH=1 (smoke only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,8 @@ if [[ -z "${SKIP_BENCH:-}" ]]; then
   [[ -n "${MODELS:-}" ]] && args+=(--models "$MODELS")
   [[ -n "${STEPS:-}" ]] && args+=(--steps "$STEPS")
   [[ -n "${VARIANTS:-}" ]] && args+=(--variants "$VARIANTS")
-  timeout 540 $PY integrations/bench_models.py "${args[@]}" >"$OUT/bench_models.log" 2>"$OUT/bench_models.stderr"
+  [[ -n "${REPEAT:-}" ]] && args+=(--repeat "$REPEAT")
+  timeout ${BENCH_TIMEOUT:-540} $PY integrations/bench_models.py "${args[@]}" >"$OUT/bench_models.log" 2>"$OUT/bench_models.stderr"
   bench_rc=$?
   grep '^{' "$OUT/bench_models.log" >"$OUT/bench_models.jsonl" || true
   cat "$OUT/bench_models.log"

@@ -28,7 +28,6 @@
 // idle budget), and a request that lands on mapped memory costs no driver call. Reserved memory
 // is therefore what is mapped or spare — not the height of the address range — and holes of the
 // wrong size cost address space, not memory.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -179,7 +178,6 @@ class arena {
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
   std::map<std::uintptr_t, std::size_t> run_at_;
   free_index runs_;
-
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;
 };

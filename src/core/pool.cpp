@@ -381,26 +381,15 @@ struct pool::impl {
   [[gnu::noinline]] void deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
   [[gnu::noinline]] void give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
 
-  // Under m: gives back what caches hold that the arena could reuse; the front caches' too unless
-  // `fronts_too` is false.
-  void reclaim(bool fronts_too = true) {
-    if (fronts_too) flush_fronts();
+  // Under m: gives back what caches hold that the arena could reuse.
+  void reclaim() {
+    flush_fronts();
     if (clock.poll()) {
       arena.promote();
       slabs.promote();
     }
     slabs.release_empty();
   }
-
-  // Flushing every front cache before each growth keeps caching from ever adding reserved memory,
-  // but with many threads it is what stops them scaling: each flush fences every core and empties
-  // every thread's cache, which then refills through the pool's lock (measured on 2 cores: 2
-  // threads ran at 9 Mops/s with a flush per growth, 27 without). So a pool that more than one
-  // thread has used flushes the front caches only once it has grown by this fraction of its
-  // reserve since the last flush: caching can add at most that much to reserved. A pool only one
-  // thread has used flushes before every growth, as before (the traces' figures depend on it).
-  static constexpr double growth_between_full_flushes = 1.0 / 16;
-  std::size_t reserved_at_full_flush = 0;
 
   std::uintptr_t take(std::size_t bytes, std::size_t alignment, stream_ref s, detail::slab*& sl, std::string& why) {
     const bool small = bytes <= slabs.small_max() && alignment <= detail::class_unit;
@@ -415,11 +404,7 @@ struct pool::impl {
     // and give back empty slabs — caching never makes the pool grow — and only then grow.
     std::uintptr_t a = attempt(false);
     if (!a) {
-      const std::size_t reserved = arena.reserved_bytes();
-      const bool flush = fronts.size() <= 1 ||
-          reserved >= reserved_at_full_flush + static_cast<std::size_t>(growth_between_full_flushes * double(reserved));
-      reclaim(flush);
-      if (flush) reserved_at_full_flush = arena.reserved_bytes();
+      reclaim();
       a = attempt(true);
     }
     if (!a) {
