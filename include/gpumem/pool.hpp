@@ -36,8 +36,9 @@ struct pool_options {
   // them again elsewhere (on a GPU each granule mapped or unmapped is a driver call of tens of µs).
   // 0: reserved never grows while an idle granule is left — the tightest. Higher trades memory
   // for driver calls; measured on the `churn` pattern (design notes): 0.1 cut granules remapped
-  // from ~80 to ~4 per 1000 ops at 1.12x peak live, 0.25 to ~0.6 at 1.15x. Not applied when the
-  // upstream or max_reserved_bytes refuses to grow.
+  // from ~80 to ~4 per 1000 ops at 1.12x peak live, 0.25 to ~0.6 at 1.15x; on the H200 churn took
+  // 26-34 µs per op at 0, 3.6 µs at 0.1 and 0.45-1.4 µs at 0.25 (bench/RESULTS.md). Not applied
+  // when the upstream or max_reserved_bytes refuses to grow.
   double idle_budget = 0.0;
   // Per-thread, per-stream front caches: the lock-free common path.
   bool front_cache = true;
