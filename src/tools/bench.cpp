@@ -238,6 +238,7 @@ const registrar reg{command{
       sub.add_option("--idle-budget", args->idle_budget,
                      "gpumem's pool_options::idle_budget: idle mapped memory kept, as a fraction of live, "
                      "rather than remapped elsewhere (0, the default, is the tightest)")
+          ->check(CLI::Number)
           ->check(CLI::Range(0.0, 1e6))
           ->capture_default_str();
       sub.callback([args, &exit_code] { exit_code = run_bench(*args); });

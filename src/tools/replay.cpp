@@ -189,6 +189,7 @@ const registrar reg{command{
       sub.add_option("--idle-budget", args->idle_budget,
                      "pool resources: idle mapped memory kept as a fraction of live rather than remapped "
                      "elsewhere (pool_options::idle_budget; 0 is the tightest, more trades memory for driver calls)")
+          ->check(CLI::Number)
           ->check(CLI::Range(0.0, 1e6))
           ->capture_default_str();
       sub.add_flag("--min-capacity", args->min_capacity,

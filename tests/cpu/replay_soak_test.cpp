@@ -118,6 +118,27 @@ TEST(replay_soak, min_ops_runs_enough_passes) {
   EXPECT_GE(r.ops, o.min_ops);
 }
 
+// Each pass's entry says what the slow path has done so far: counts that only grow, the last one
+// the pool's own totals, and the time since the soak began.
+TEST(replay_soak, pass_log_counts_the_slow_path_so_far) {
+  const trace t = read_trace(examples + "/varlen_inference.csv");
+  replay_options o;
+  o.passes = 4;
+  const replay_result r = replay(t, o);
+  ASSERT_EQ(r.pass_log.size(), 4u);
+  for (std::size_t i = 1; i < r.pass_log.size(); ++i) {
+    EXPECT_GE(r.pass_log[i].granules_moved, r.pass_log[i - 1].granules_moved);
+    EXPECT_GE(r.pass_log[i].map_unmap_calls, r.pass_log[i - 1].map_unmap_calls);
+    EXPECT_GE(r.pass_log[i].seconds, r.pass_log[i - 1].seconds);
+  }
+  EXPECT_GT(r.pass_log.front().granules_moved, 0u) << "the first pass maps what it grows";
+  // The last pass's entry is taken before the trace's leftovers are given back; nothing the
+  // example leaves live at its end moves granules on the way out, so the totals agree.
+  EXPECT_EQ(r.pass_log.back().granules_moved, r.stats.maps + r.stats.unmaps);
+  EXPECT_EQ(r.pass_log.back().map_unmap_calls, r.stats.map_calls + r.stats.unmap_calls);
+  EXPECT_GT(r.pass_log.back().seconds, 0.0);
+}
+
 // Every 50th block lands inside the block handed out just before it, while that one is live.
 struct overlapping_target : wrapped_replay_target {
   overlapping_target() : wrapped_replay_target(make_inner_target("pool")) {}
