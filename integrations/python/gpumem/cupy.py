@@ -64,7 +64,8 @@ _in_use = False
 
 def use(**options) -> None:
     """Makes gpumem CuPy's allocator (cupy.cuda.set_allocator), with gpumem::pool_options as
-    keywords. Options only count before gpumem's first allocation on a device."""
+    keywords (idle_budget defaults to 0.05 here, as for PyTorch; see gpumem.torch.use). Options
+    only count before gpumem's first allocation on a device."""
     global _in_use
     _lib.load()
     if options:

@@ -24,7 +24,10 @@ hooks: dict = {}    # which optional hooks this torch accepted: {"record_stream"
 
 def use(**options):
     """Makes gpumem PyTorch's CUDA allocator, with gpumem::pool_options given as keywords
-    (release_threshold_bytes=..., max_reserved_bytes=..., front_cache=False, upstream="vmm", ...).
+    (release_threshold_bytes=..., max_reserved_bytes=..., idle_budget=..., front_cache=False,
+    upstream="vmm", ...). idle_budget defaults to 0.05 here (the library's default is 0, the
+    tightest): a job whose shapes change from step to step then stops remapping memory on every
+    step, for up to 5% of live memory kept idle; idle_budget=0 asks for the tightest reserve.
     Must run before the first CUDA allocation: PyTorch refuses to swap an allocator in use.
     Calling it again after success is a no-op (and options must then be empty)."""
     global _allocator
