@@ -10,6 +10,12 @@
 //   fragmentation         always, when a replay engine is given: the trace replayed through the
 //                         default pool and through `exact` (reserved = live, the floor).
 //                         warning at peak reserved / peak live >= 1.20, error at >= 1.50.
+//   slow-path-remapping   with the fragmentation replays: the granules the default pool maps and
+//                         unmaps per 1000 ops to stay that tight, what those driver calls alone
+//                         would cost on an H200 (27.5 µs per granule mapped with its access set,
+//                         16 µs per granule unmapped: bench/RESULTS.md, session 3), and the same
+//                         trace replayed with idle_budget 0.05 beside it. warning when the estimate
+//                         reaches 1 µs per op (a cost every tensor pays); info otherwise.
 //   cross-stream-free     blocks freed on another stream than the one that allocated them.
 //                         warning when >= 1% of frees; info below.
 //   unaligned-sizes       sizes that are not a multiple of 256 B. warning when >= 50% of
@@ -77,6 +83,10 @@ struct doctor_thresholds {
   double small_per_second_warning = 5000.0;
   double fragmentation_warning = 1.20;
   double fragmentation_error = 1.50;
+  double map_us_per_granule = 27.5;              // cuMemMap + cuMemSetAccess, one 2 MiB granule, H200
+  double unmap_us_per_granule = 16.0;            // cuMemUnmap, one 2 MiB granule, H200
+  double remap_warning_us_per_op = 1.0;
+  double remap_alternative_idle_budget = 0.05;   // the trade the finding quotes
   double cross_stream_share_warning = 0.01;
   std::uint64_t alignment_bytes = 256;
   double unaligned_share_warning = 0.50;
@@ -97,7 +107,8 @@ struct doctor_options {
   doctor_thresholds thresholds;
   // Empty: the fragmentation finding is not measured (the report says so in `skipped`).
   replay_fn replayer;
-  // Base options for both replays; the doctor sets `resource` to "pool" and then to "exact".
+  // Base options for the replays; the doctor sets `resource` to "pool" and then to "exact", and
+  // replays "pool" once more with thresholds.remap_alternative_idle_budget.
   replay_options replay;
   // Pinned host allocations of the same job, for the pinned-memory finding; not owned, read during
   // diagnose() only. Null: the finding is not measured (the report says so in `skipped`).

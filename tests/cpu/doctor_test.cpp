@@ -283,7 +283,7 @@ TEST(Doctor, FragmentationJudgedFromBothReplays) {
     doctor_options opts;
     opts.replayer = fake_replayer{factor, &asked};
     const auto& f = must_find(gpumem::diagnose(clean_trace().get(), opts), "fragmentation");
-    EXPECT_EQ(asked, (std::vector<std::string>{"pool", "exact"}));
+    EXPECT_EQ(asked, (std::vector<std::string>{"pool", "exact", "pool"}));  // the last for slow-path-remapping
     EXPECT_EQ(f.level, level) << factor;
     EXPECT_NEAR(f.at("fragmentation"), factor, 1e-6);
     EXPECT_EQ(f.at("exact_peak_reserved_bytes"), 100 * MiB);
@@ -294,8 +294,10 @@ TEST(Doctor, FragmentationJudgedFromBothReplays) {
 TEST(Doctor, FragmentationSkippedWithoutAReplayEngine) {
   const auto r = gpumem::diagnose(clean_trace().get());
   EXPECT_EQ(r.find("fragmentation"), nullptr);
-  ASSERT_EQ(r.skipped.size(), 2u);  // and pinned-memory: no pinned trace
+  EXPECT_EQ(r.find("slow-path-remapping"), nullptr);
+  ASSERT_EQ(r.skipped.size(), 3u);  // and pinned-memory: no pinned trace
   EXPECT_EQ(r.skipped[0], "fragmentation: no replay engine was given");
+  EXPECT_EQ(r.skipped[1], "slow-path-remapping: no replay engine was given");
 }
 
 // The real engine on a bundled example: its floor is the trace's own peak live, and the pool
@@ -310,6 +312,36 @@ TEST(Doctor, FragmentationWithTheRealReplay) {
   EXPECT_GE(f.at("pool_peak_reserved_bytes"), f.at("exact_peak_reserved_bytes"));
   EXPECT_GE(f.at("fragmentation"), 1.0);
   EXPECT_EQ(f.at("pool_failed_allocations"), 0);
+}
+
+// slow-path-remapping on the real engine: the default pool's granule traffic priced at the H200's
+// per-granule driver costs, and the same replay with the alternative idle budget beside it.
+TEST(Doctor, SlowPathRemappingPricesTheDefaultPoolsDriverCalls) {
+  const auto t = gpumem::read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
+  doctor_options opts;
+  opts.replayer = [](const gpumem::trace& tr, const gpumem::replay_options& o) { return gpumem::replay(tr, o); };
+  const auto r = gpumem::diagnose(t, opts);
+  const auto& f = must_find(r, "slow-path-remapping");
+  gpumem::replay_options o;
+  const gpumem::replay_result direct = gpumem::replay(t, o);
+  const double ops = static_cast<double>(direct.ops);
+  EXPECT_NEAR(f.at("granules_remapped_per_1000_ops"), 1000.0 * double(direct.stats.maps + direct.stats.unmaps) / ops, 1e-9);
+  const auto& th = opts.thresholds;
+  EXPECT_NEAR(f.at("estimated_h200_us_per_op"),
+              (double(direct.stats.maps) * th.map_us_per_granule + double(direct.stats.unmaps) * th.unmap_us_per_granule) / ops,
+              1e-9);
+  EXPECT_EQ(f.level, severity::warning) << "this example remaps hundreds of granules per 1000 ops: " << f.summary;
+  EXPECT_EQ(f.at("alternative_idle_budget"), 0.05);
+  EXPECT_GE(f.at("alternative_fragmentation"), 1.0);
+}
+
+TEST(Doctor, SlowPathRemappingIsInfoWhenNothingIsRemapped) {
+  std::vector<std::string> asked;
+  doctor_options opts;
+  opts.replayer = fake_replayer{1.02, &asked};  // its results carry no granule traffic
+  const auto& f = must_find(gpumem::diagnose(clean_trace().get(), opts), "slow-path-remapping");
+  EXPECT_EQ(f.level, severity::info);
+  EXPECT_EQ(f.at("estimated_h200_us_per_op"), 0.0);
 }
 
 // ---- pinned-memory: a pinned host trace judged against the pinned cap ----
