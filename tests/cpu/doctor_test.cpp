@@ -300,12 +300,25 @@ TEST(Doctor, FragmentationSkippedWithoutAReplayEngine) {
   EXPECT_EQ(r.skipped[1], "slow-path-remapping: no replay engine was given");
 }
 
+namespace {
+
+gpumem::trace varlen_example() {
+  return gpumem::read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
+}
+
+doctor_options with_the_real_replay() {
+  doctor_options opts;
+  opts.replayer = [](const gpumem::trace& tr, const gpumem::replay_options& o) { return gpumem::replay(tr, o); };
+  return opts;
+}
+
+}  // namespace
+
 // The real engine on a bundled example: its floor is the trace's own peak live, and the pool
 // cannot reserve less than that.
 TEST(Doctor, FragmentationWithTheRealReplay) {
-  const auto t = gpumem::read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
-  doctor_options opts;
-  opts.replayer = [](const gpumem::trace& tr, const gpumem::replay_options& o) { return gpumem::replay(tr, o); };
+  const auto t = varlen_example();
+  const doctor_options opts = with_the_real_replay();
   const auto r = gpumem::diagnose(t, opts);
   const auto& f = must_find(r, "fragmentation");
   EXPECT_EQ(f.at("exact_peak_reserved_bytes"), static_cast<double>(r.peak_live_bytes));
@@ -317,9 +330,8 @@ TEST(Doctor, FragmentationWithTheRealReplay) {
 // slow-path-remapping on the real engine: the default pool's granule traffic priced at the H200's
 // per-granule driver costs, and the same replay with the alternative idle budget beside it.
 TEST(Doctor, SlowPathRemappingPricesTheDefaultPoolsDriverCalls) {
-  const auto t = gpumem::read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
-  doctor_options opts;
-  opts.replayer = [](const gpumem::trace& tr, const gpumem::replay_options& o) { return gpumem::replay(tr, o); };
+  const auto t = varlen_example();
+  const doctor_options opts = with_the_real_replay();
   const auto r = gpumem::diagnose(t, opts);
   const auto& f = must_find(r, "slow-path-remapping");
   gpumem::replay_options o;
