@@ -180,7 +180,6 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o) {
     else if (key == "front_cache_bytes") err = bytes(next.pool.front_cache_bytes);
     else if (key == "front_cache") err = flag(next.pool.front_cache);
     else if (key == "idle_budget") err = fraction(next.pool.idle_budget);
-
     else if (key == "zero_on_free") err = flag(next.pool.zero_on_free);
     else if (key == "upstream") {
       const std::string v = lower(value);
@@ -359,27 +358,6 @@ __attribute__((visibility("default"))) int gpumem_configure(const char* config) 
   }
 }
 
-// out[6] = live, peak live, reserved, peak reserved, allocations, frees. Zeros for a device with no
-// pool yet. Returns 0, or -1 on error.
-__attribute__((visibility("default"))) int gpumem_stats(int device, std::size_t out[6]) noexcept {
-  try {
-    for (int i = 0; i < 6; ++i) out[i] = 0;
-    gpumem::gpu_pool* p = existing_pool(device);
-    if (p == nullptr) return 0;
-    const gpumem::pool_stats s = p->stats();
-    out[0] = s.live_bytes;
-    out[1] = s.peak_live_bytes;
-    out[2] = s.reserved_bytes;
-    out[3] = s.peak_reserved_bytes;
-    out[4] = static_cast<std::size_t>(s.allocations);
-    out[5] = static_cast<std::size_t>(s.deallocations);
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-    return -1;
-  }
-}
-
 // out[n] (n <= 14) = the six of gpumem_stats, then: upstream allocations, granules mapped,
 // granules unmapped, map calls, unmap calls, events recorded, front-cache hits, failed allocations.
 // Returns how many it wrote, or -1 on error. Zeros for a device with no pool yet.
@@ -403,6 +381,16 @@ __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint
     last_error = e.what();
     return -1;
   }
+}
+
+// out[6] = live, peak live, reserved, peak reserved, allocations, frees: the first six of
+// gpumem_stats_ex. Zeros for a device with no pool yet. Returns 0, or -1 on error.
+__attribute__((visibility("default"))) int gpumem_stats(int device, std::size_t out[6]) noexcept {
+  std::fill(out, out + 6, std::size_t{0});
+  std::uint64_t v[6];
+  if (gpumem_stats_ex(device, v, 6) < 0) return -1;
+  std::copy(v, v + 6, out);
+  return 0;
 }
 
 // Hands back everything cached on `device` (-1: the current one). Returns 0, or -1 on error.

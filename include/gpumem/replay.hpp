@@ -90,6 +90,9 @@ struct replay_result {
   std::uint64_t mismatched_words = 0; // words of verified blocks that had changed by their free
   std::vector<std::string> integrity_notes;  // the first few problems, described
   std::uint64_t integrity_mismatches() const noexcept { return overlaps + misaligned + mismatched_words; }
+
+  // `n` events (granules mapped, calls made, ...) per 1000 replayed ops; 0 when nothing was replayed.
+  double per_1000_ops(std::uint64_t n) const noexcept { return ops ? 1000.0 * double(n) / double(ops) : 0.0; }
 };
 
 // What replay drives. The core's targets run on the simulated device; other layers (the GPU) add

@@ -88,9 +88,7 @@ bool replayable(const trace_profile& p, const doctor_options& opts, doctor_repor
   return false;
 }
 
-double remapped_per_1000_ops(const replay_result& r) {
-  return r.ops ? 1000.0 * static_cast<double>(r.stats.maps + r.stats.unmaps) / static_cast<double>(r.ops) : 0.0;
-}
+double remapped_per_1000_ops(const replay_result& r) { return r.per_1000_ops(r.stats.maps + r.stats.unmaps); }
 
 double driver_us_per_op(const replay_result& r, const doctor_thresholds& th) {
   const double us = static_cast<double>(r.stats.maps) * th.map_us_per_granule +
@@ -109,7 +107,7 @@ void slow_path_remapping(const trace& t, const doctor_options& opts, const repla
   const replay_result alt = opts.replayer(t, ro);
   const double per_1000 = remapped_per_1000_ops(pool), alt_per_1000 = remapped_per_1000_ops(alt);
   const double us_per_op = driver_us_per_op(pool, th), alt_us_per_op = driver_us_per_op(alt, th);
-  const double alt_frag = alt.peak_live_bytes ? double(alt.peak_reserved_bytes) / double(alt.peak_live_bytes) : 0.0;
+  const double alt_frag = alt.fragmentation;
   finding f;
   f.id = "slow-path-remapping";
   f.figures = {ratio("granules_remapped_per_1000_ops", per_1000), ratio("estimated_h200_us_per_op", us_per_op),

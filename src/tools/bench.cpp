@@ -16,6 +16,7 @@
 #include "tools/bench_allocators.hpp"
 #include "tools/bench_patterns.hpp"
 #include "tools/command.hpp"
+#include "tools/pool_option_args.hpp"
 #include "tools/progress.hpp"
 
 #if GPUMEM_HAVE_CUDA
@@ -235,12 +236,7 @@ const registrar reg{command{
                      "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces, "
                      "../shared/traces)");
       sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
-      sub.add_option("--idle-budget", args->idle_budget,
-                     "gpumem's pool_options::idle_budget: idle mapped memory kept, as a fraction of live, "
-                     "rather than remapped elsewhere (0, the default, is the tightest)")
-          ->check(CLI::Number)
-          ->check(CLI::Range(0.0, 1e6))
-          ->capture_default_str();
+      add_idle_budget_option(sub, args->idle_budget, "gpumem's pool");
       sub.callback([args, &exit_code] { exit_code = run_bench(*args); });
     }}};
 

@@ -10,6 +10,7 @@
 #include "tools/byte_size.hpp"
 #include "tools/command.hpp"
 #include "tools/count_arg.hpp"
+#include "tools/pool_option_args.hpp"
 #include "tools/progress.hpp"
 
 namespace gpumem::tools {
@@ -40,7 +41,6 @@ std::function<std::string(const std::string&)> count_at_least(std::uint64_t mini
   };
 }
 bool is_pool(const replay_result& r) { return r.resource.rfind("pool", 0) == 0 || r.resource.rfind("gpu-pool", 0) == 0; }
-double per_1000_ops(const replay_result& r, std::uint64_t n) { return r.ops ? 1000.0 * double(n) / double(r.ops) : 0.0; }
 
 nlohmann::json to_json(const replay_result& r) {
   nlohmann::json j{{"trace", r.trace},
@@ -85,8 +85,8 @@ nlohmann::json to_json(const replay_result& r) {
     j["events_recorded"] = r.stats.events_recorded;
     j["map_calls"] = r.stats.map_calls;
     j["unmap_calls"] = r.stats.unmap_calls;
-    j["map_unmap_calls_per_1000_ops"] = per_1000_ops(r, r.stats.map_calls + r.stats.unmap_calls);
-    j["granules_mapped_unmapped_per_1000_ops"] = per_1000_ops(r, r.stats.maps + r.stats.unmaps);
+    j["map_unmap_calls_per_1000_ops"] = r.per_1000_ops(r.stats.map_calls + r.stats.unmap_calls);
+    j["granules_mapped_unmapped_per_1000_ops"] = r.per_1000_ops(r.stats.maps + r.stats.unmaps);
   }
   return j;
 }
@@ -112,7 +112,7 @@ void print_soak(const replay_result& r) {
 void print_upstream(const replay_result& r) {
   if (!is_pool(r)) return;
   fmt::print("  upstream: {:.2f} map + unmap calls per 1000 ops ({:.2f} granules mapped or unmapped); {} upstream allocations\n",
-             per_1000_ops(r, r.stats.map_calls + r.stats.unmap_calls), per_1000_ops(r, r.stats.maps + r.stats.unmaps),
+             r.per_1000_ops(r.stats.map_calls + r.stats.unmap_calls), r.per_1000_ops(r.stats.maps + r.stats.unmaps),
              r.stats.upstream_calls);
 }
 
@@ -186,12 +186,7 @@ const registrar reg{command{
                      "check integrity: every block for overlap with the live ones and alignment, and every K-th "
                      "allocation's data (stamped after allocation, checked before free; 0: no data check)")
           ->check(count_at_least(0));
-      sub.add_option("--idle-budget", args->idle_budget,
-                     "pool resources: idle mapped memory kept as a fraction of live rather than remapped "
-                     "elsewhere (pool_options::idle_budget; 0 is the tightest, more trades memory for driver calls)")
-          ->check(CLI::Number)
-          ->check(CLI::Range(0.0, 1e6))
-          ->capture_default_str();
+      add_idle_budget_option(sub, args->idle_budget, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
       sub.callback([args, &exit_code] { exit_code = run(*args); });
