@@ -40,6 +40,15 @@ struct pool_options {
   // 26-34 µs per op at 0, 3.6 µs at 0.1 and 0.45-1.4 µs at 0.25 (bench/RESULTS.md). Not applied
   // when the upstream or max_reserved_bytes refuses to grow.
   double idle_budget = 0.0;
+  // When a request finds nothing cached: false (the default) first empties the front caches and
+  // gives back empty slabs — caching never makes the pool grow, the tightest — and grows only if
+  // that was not enough; true grows first, and empties caches only when growing fails (the
+  // upstream or max_reserved_bytes refuses), as PyTorch's and CUB's caching allocators do. With
+  // many threads the tight way is the wall: any thread's miss empties every thread's caches under
+  // the pool's lock, and they all carve their slabs again through it. Measured on the H200's host
+  // with the threads pattern (bench/RESULTS.md): true turned 16 threads from ~4 to ~140 Mops/s
+  // for about 1.4x (one thread) to 1.7x (16 threads) the reserved memory.
+  bool grow_before_reclaim = false;
   // Per-thread, per-stream front caches: the lock-free common path.
   bool front_cache = true;
   // Most bytes one thread's front cache keeps for one stream before it hands blocks back. Large

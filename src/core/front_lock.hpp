@@ -31,13 +31,16 @@ class front_lock {
       if (!foreign_.load(std::memory_order_acquire)) return;
       owner_in_.store(false, std::memory_order_release);
     }
-    lock();  // a foreign thread holds or wants it: queue like one
+    // A foreign thread holds or wants it: queue on the mutex. No heavy fence: the mutex alone keeps
+    // foreign threads out while the owner holds it, and a fence here, taken by every owner that met
+    // a flush, interrupted every core once per owner.
+    m_.lock();
     owner_took_slow_ = true;
   }
   void owner_unlock() noexcept {
     if (owner_took_slow_) {
       owner_took_slow_ = false;
-      unlock();
+      m_.unlock();
       return;
     }
     owner_in_.store(false, std::memory_order_release);

@@ -33,7 +33,7 @@ struct bench_args {
   int reps = 5;
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
-  double idle_budget = pool_options{}.idle_budget;
+  pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
 // Trace files: those given, else every *.csv.gz in $GPUMEM_TRACES, shared/traces or
@@ -155,8 +155,7 @@ int run_bench(const bench_args& args) {
     fmt::print(stderr, "gpumem bench: this build has no CUDA layer; running on the simulated device\n");
 #endif
   std::vector<bench_allocator_maker> makers;
-  pool_options gpumem_options;
-  gpumem_options.idle_budget = args.idle_budget;
+  const pool_options gpumem_options = args.pool;
 #if GPUMEM_HAVE_CUDA
   if (on_gpu) makers = gpu_bench_allocators(gpumem_options);
 #endif
@@ -236,7 +235,7 @@ const registrar reg{command{
                      "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces, "
                      "../shared/traces)");
       sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
-      add_idle_budget_option(sub, args->idle_budget, "gpumem's pool");
+      add_pool_tuning_options(sub, args->pool, "gpumem's pool");
       sub.callback([args, &exit_code] { exit_code = run_bench(*args); });
     }}};
 

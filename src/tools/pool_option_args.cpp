@@ -4,15 +4,18 @@
 
 namespace gpumem::tools {
 
-CLI::Option* add_idle_budget_option(CLI::App& app, double& budget, const char* what) {
-  return app
-      .add_option("--idle-budget", budget,
-                  std::string(what) +
-                      ": pool_options::idle_budget, idle mapped memory kept as a fraction of live rather than "
-                      "remapped elsewhere (0, the default, is the tightest; more trades memory for driver calls)")
+void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what) {
+  app.add_option("--idle-budget", opts.idle_budget,
+                 std::string(what) +
+                     ": pool_options::idle_budget, idle mapped memory kept as a fraction of live rather than "
+                     "remapped elsewhere (0, the default, is the tightest; more trades memory for driver calls)")
       ->check(CLI::Number)
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  app.add_flag("--grow-before-reclaim", opts.grow_before_reclaim,
+               std::string(what) +
+                   ": pool_options::grow_before_reclaim, grow before emptying the front caches and giving back "
+                   "empty slabs (faster, most of all with many threads; costs memory)");
 }
 
 }  // namespace gpumem::tools

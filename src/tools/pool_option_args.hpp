@@ -3,10 +3,13 @@
 // in one place so their name, checks and help stay the same everywhere.
 #include <CLI/CLI.hpp>
 
+#include "gpumem/pool.hpp"
+
 namespace gpumem::tools {
 
-// --idle-budget F: pool_options::idle_budget for the subcommand's gpumem pools. `what` says which
-// pools the subcommand applies it to ("pool resources", "gpumem's pool").
-CLI::Option* add_idle_budget_option(CLI::App& app, double& budget, const char* what);
+// --idle-budget F and --grow-before-reclaim, written into `opts` (pool_options::idle_budget,
+// pool_options::grow_before_reclaim) for the subcommand's gpumem pools. `what` says which pools
+// the subcommand applies them to ("pool resources", "gpumem's pool").
+void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what);
 
 }  // namespace gpumem::tools

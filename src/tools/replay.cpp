@@ -26,7 +26,7 @@ struct replay_args {
   std::size_t passes = 1;
   std::string ops;           // --ops: a count; empty: --passes decides
   std::string verify_every;  // --verify-every: a count; empty: no integrity checks
-  double idle_budget = pool_options{}.idle_budget;
+  pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
 // A CLI11 check that the text is a count, at least `minimum`: the message says what is wrong.
@@ -120,7 +120,7 @@ int run(const replay_args& a) {
   replay_options base;
   base.capacity_bytes = parse_byte_size(a.capacity);
   base.passes = a.passes;
-  base.pool.idle_budget = a.idle_budget;
+  base.pool = a.pool;
   if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
   if (!a.verify_every.empty()) {
     base.check_integrity = true;
@@ -186,7 +186,7 @@ const registrar reg{command{
                      "check integrity: every block for overlap with the live ones and alignment, and every K-th "
                      "allocation's data (stamped after allocation, checked before free; 0: no data check)")
           ->check(count_at_least(0));
-      add_idle_budget_option(sub, args->idle_budget, "pool resources");
+      add_pool_tuning_options(sub, args->pool, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
       sub.callback([args, &exit_code] { exit_code = run(*args); });
