@@ -42,8 +42,9 @@ struct pool_options {
   double idle_budget = 0.0;
   // When a request finds nothing cached: false (the default) first empties the front caches and
   // gives back empty slabs — caching never makes the pool grow, the tightest — and grows only if
-  // that was not enough; true grows first, and empties caches only when growing fails (the
-  // upstream or max_reserved_bytes refuses), as PyTorch's and CUB's caching allocators do. With
+  // that was not enough; true grows first, and empties caches, gives back empty slabs and remaps
+  // idle granules (whatever idle_budget says) only when growing fails (the upstream or
+  // max_reserved_bytes refuses), as PyTorch's and CUB's caching allocators do. With
   // many threads the tight way is the wall: any thread's miss empties every thread's caches under
   // the pool's lock, and they all carve their slabs again through it. Measured on the H200's host
   // with the threads pattern (bench/RESULTS.md): true turned 16 threads from ~4 to ~140 Mops/s

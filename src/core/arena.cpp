@@ -460,6 +460,7 @@ void arena::unmap_run(std::size_t g0, std::size_t g1, std::vector<physical_handl
 std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget,
                            std::vector<physical_handle>& into) {
   if (idle_.empty() || want == 0) return 0;
+  if (within_budget && opts_.keep_idle) return 0;
   if (within_budget && opts_.idle_budget > 0) {
     const auto keep = static_cast<std::size_t>(opts_.idle_budget * double(allocated_)) / granule_;
     if (idle_.size() <= keep) return 0;

@@ -49,6 +49,9 @@ struct arena_options {
   std::size_t address_range_bytes = 0;
   std::size_t release_threshold_bytes = SIZE_MAX;
   double idle_budget = 0.0;  // pool_options::idle_budget
+  // pool_options::grow_before_reclaim: idle granules are remapped elsewhere only when growing
+  // fails, as if the idle budget had no bound.
+  bool keep_idle = false;
 };
 
 class arena {

@@ -118,7 +118,7 @@ struct pool::impl {
         clock(o),
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
-                                    op.release_threshold_bytes, op.idle_budget}),
+                                    op.release_threshold_bytes, op.idle_budget, op.grow_before_reclaim}),
         slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));

@@ -83,6 +83,40 @@ TEST(GrowBeforeReclaim, ReclaimsAtThePoolsOwnLimit) {
   r.free_all_and_trim();
 }
 
+// A 30 MiB block is freed (its granules stay mapped and idle), then a 36 MiB one is asked for while
+// a 4 MiB block bounds the hole. Returns the pool's stats after that.
+pool_stats after_idle_granules(bool grow_first, std::size_t capacity) {
+  pool_options po;
+  po.grow_before_reclaim = grow_first;
+  sim_pool_rig r(sim_options{.capacity_bytes = capacity, .auto_complete = true}, po);
+  void* a = r.allocate(30 * MiB, default_alignment, 0);
+  void* c = r.allocate(4 * MiB, default_alignment, 0);
+  r.deallocate(a, 0);
+  void* b = r.allocate(36 * MiB, default_alignment, 0);
+  r.model->check_full();
+  const pool_stats st = r.p->stats();
+  r.deallocate(b, 0);
+  r.deallocate(c, 0);
+  r.free_all_and_trim();
+  return st;
+}
+
+TEST(GrowBeforeReclaim, IdleGranulesStayMappedWhileThePoolCanGrow) {
+  const pool_stats tight = after_idle_granules(false, std::size_t{1} << 30);
+  const pool_stats grown = after_idle_granules(true, std::size_t{1} << 30);
+  EXPECT_GT(tight.unmaps, 0u) << "the default remaps the idle granules";
+  EXPECT_EQ(grown.unmaps, 0u) << "growing first leaves them mapped";
+  EXPECT_GE(grown.reserved_bytes, tight.reserved_bytes + 28 * MiB);
+}
+
+TEST(GrowBeforeReclaim, IdleGranulesAreRemappedWhenTheDeviceIsFull) {
+  // 40 MiB of device: 36 MiB more cannot be created, so the idle granules must move after all.
+  const pool_stats st = after_idle_granules(true, 40 * MiB);
+  EXPECT_GT(st.unmaps, 0u);
+  EXPECT_LE(st.reserved_bytes, 40 * MiB);
+  EXPECT_EQ(st.failed_allocations, 0u);
+}
+
 TEST(GrowBeforeReclaim, ManyThreadsOnTheirOwnStreamsStayConsistent) {
   // Eight threads, each on its own stream, sizes across the slab range and past it; every block is
   // checked against the shadow model, and the invariants at the end.
