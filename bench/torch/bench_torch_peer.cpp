@@ -105,10 +105,17 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     const bool all = pattern == "all";
-    if (all || pattern == "pair") emit(bench_pair(a, cfg));
-    if (all || pattern == "churn") emit(bench_churn(a, cfg));
-    if (all || pattern == "threads") emit(bench_threads(a, cfg));
-    if (all || pattern == "replay") emit(bench_replay(a, traces, cfg));
+    // Every pattern starts from an empty cache, as `gpumem bench` gives every pattern a fresh
+    // allocator: what one pattern leaves cached must not help the next.
+    auto fresh = [&]() -> torch_allocator& {
+      a.synchronize();
+      alloc::emptyCache();
+      return a;
+    };
+    if (all || pattern == "pair") emit(bench_pair(fresh(), cfg));
+    if (all || pattern == "churn") emit(bench_churn(fresh(), cfg));
+    if (all || pattern == "threads") emit(bench_threads(fresh(), cfg));
+    if (all || pattern == "replay") emit(bench_replay(fresh(), traces, cfg));
     return failed ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_torch_peer: %s\n", e.what());

@@ -185,11 +185,12 @@ class alignas(64) front_cache {
     }
     return none;
   }
-  // Caches block `i` (already rec_cached) in its bin, unless the bin is full or the byte budget
-  // would be passed; false: not cached. One block of any size is always welcome, so a loop over
-  // one big tensor stays fast; past that the byte budget holds.
+  // Caches block `i` (already rec_cached) in its bin, unless the bin is full or the byte budget is
+  // spent; false: not cached. The budget is checked before the block is added, so while it is not
+  // spent a block of any size is welcome: a loop over one big tensor stays fast even when smaller
+  // blocks are cached beside it (the stream's cache exceeds the budget by one block at most).
   static bool push(stream_bins& sb, const block_rec& r, std::uint32_t i, std::size_t max_bytes) {
-    if (sb.cached_bytes != 0 && sb.cached_bytes + r.block_bytes > max_bytes) return false;
+    if (sb.cached_bytes >= max_bytes) return false;
     bin& x = sb.bin_at(r.bin);
     if (x.count >= x.limit) return false;
     x.items[x.count++] = i;

@@ -362,7 +362,7 @@ struct pool::impl {
     {
       std::lock_guard g(sb.shard->m);
       if (x.count >= x.limit) trim_bin(fc, sb, x, x.limit / 2);
-      if (sb.cached_bytes != 0 && sb.cached_bytes + r.block_bytes > opts.front_cache_bytes) {
+      if (sb.cached_bytes >= opts.front_cache_bytes) {
         // Over budget: every bin gives back half its slots. Arena blocks cannot go this way; when
         // they are what fills the budget, the next frees skip the sweep for a while (each of them
         // goes to the pool's lock anyway) instead of sweeping in vain every time.
@@ -370,7 +370,7 @@ struct pool::impl {
           --sb.sweep_backoff;
         } else {
           for (auto& y : sb.bins) trim_bin(fc, sb, y, y.count / 2);
-          if (sb.cached_bytes + r.block_bytes > opts.front_cache_bytes) sb.sweep_backoff = 64;
+          if (sb.cached_bytes >= opts.front_cache_bytes) sb.sweep_backoff = 64;
         }
       }
     }

@@ -191,7 +191,8 @@ int run_bench(const bench_args& args) {
     if (!args.json) fmt::print(stderr, "gpumem bench: {}...\n", m.name);
     std::vector<bench_result> got;
     try {
-      auto a = m.make();
+      // A fresh allocator for every pattern: what one pattern leaves cached (churn leaves
+      // gigabytes) must not speed up or slow down the next.
       auto add = [&](std::vector<bench_result> v) {
         for (auto& r : v) {
           if (args.json) fmt::print("{}\n", to_json_line(r));
@@ -200,10 +201,10 @@ int run_bench(const bench_args& args) {
         std::fflush(stdout);
         bar(++done, steps);
       };
-      if (all || args.pattern == "pair") add(bench_pair(*a, cfg));
-      if (all || args.pattern == "churn") add(bench_churn(*a, cfg));
-      if (all || args.pattern == "threads") add(bench_threads(*a, cfg));
-      if (all || args.pattern == "replay") add(bench_replay(*a, traces, cfg));
+      if (all || args.pattern == "pair") add(bench_pair(*m.make(), cfg));
+      if (all || args.pattern == "churn") add(bench_churn(*m.make(), cfg));
+      if (all || args.pattern == "threads") add(bench_threads(*m.make(), cfg));
+      if (all || args.pattern == "replay") add(bench_replay(*m.make(), traces, cfg));
     } catch (const std::exception& e) {
       fmt::print(stderr, "gpumem bench: {}: {}\n", m.name, e.what());
     }
