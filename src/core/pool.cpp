@@ -386,8 +386,8 @@ struct pool::impl {
   // caller's own front cache (its lock is nearly free for it), and only then every thread's (one
   // heavy fence, and every other thread's cache emptied) — and finally letting it grow. With many
   // threads the last step was taken on nearly every miss, emptying 16 threads' caches, which then
-  // carved their slabs again through this lock; the first two cut those steps by about a third at
-  // 16 threads and by 37x at one (threads pattern, simulated). Returns the address, or 0.
+  // carved their slabs again through this lock; the first two steps spare about a third of those
+  // (design notes, "Many threads"). Returns the address, or 0.
   template <class Attempt>
   std::uintptr_t reclaim(detail::front_cache* own, Attempt&& attempt) {
     if (clock.poll()) {
