@@ -16,9 +16,9 @@ namespace {
 using namespace gpumem;
 using gpumem::test::rng;
 using gpumem::test::sim_pool_rig;
+using gpumem::test::KiB;
+using gpumem::test::MiB;
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Blocks of one small class are allocated and freed (their slabs stay, partly in the front cache),
 // then blocks of another class need new slabs. Returns reserved bytes after the second phase.

@@ -12,8 +12,9 @@ namespace {
 
 using namespace gpumem;
 using gpumem::test::sim_pool_rig;
+using gpumem::test::KiB;
+using gpumem::test::MiB;
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 class Oom : public ::testing::TestWithParam<bool> {};  // param: virtual memory
 

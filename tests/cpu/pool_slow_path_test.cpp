@@ -16,9 +16,9 @@ namespace {
 using namespace gpumem;
 using gpumem::test::rng;
 using gpumem::test::sim_pool_rig;
+using gpumem::test::KiB;
+using gpumem::test::MiB;
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t G = default_granularity;
 
 std::uint64_t remapped(const pool_stats& s) { return s.maps + s.unmaps; }

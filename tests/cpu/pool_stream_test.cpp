@@ -13,8 +13,9 @@ namespace {
 
 using namespace gpumem;
 using gpumem::test::sim_pool_rig;
+using gpumem::test::KiB;
+using gpumem::test::MiB;
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
   auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);

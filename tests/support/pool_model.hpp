@@ -33,6 +33,10 @@
 
 namespace gpumem::test {
 
+// Sizes the tests speak in.
+inline constexpr std::size_t KiB = std::size_t{1} << 10;
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+
 class spy_ordering final : public ordering {
  public:
   explicit spy_ordering(ordering& inner) : inner_(inner) {}
