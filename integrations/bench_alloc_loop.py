@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Host cost of one tensor allocation through PyTorch: `torch.empty` then `del`, in a loop, with
+PyTorch's caching allocator and with gpumem's (through torch.cuda.memory.CUDAPluggableAllocator),
+each in a fresh process. The difference is what a model pays per tensor for the allocator and the
+pluggable interface together; the models' step times (bench_models.py) include it.
+
+    python3 integrations/bench_alloc_loop.py [--iters N] [--sizes 512,1048576,...]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def child(alloc, iters, sizes):
+    import torch
+    if alloc == "gpumem":
+        import gpumem.torch
+        gpumem.torch.use()
+    dev = torch.device("cuda")
+    out = {}
+    for size in sizes:
+        for _ in range(100):  # warm: the first allocation of a size may reach the device
+            torch.empty(size, dtype=torch.uint8, device=dev)
+        torch.cuda.synchronize()
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                x = torch.empty(size, dtype=torch.uint8, device=dev)
+                del x
+            runs.append((time.perf_counter() - t0) / iters * 1e9)
+        out[str(size)] = sorted(runs)[len(runs) // 2]
+    print(json.dumps({"allocator": alloc, "ns_per_empty_del_median_of_5": out, "torch": torch.__version__}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=20000)
+    ap.add_argument("--sizes", default="512,1048576,67108864")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.child:
+        child(args.child, args.iters, sizes)
+        return 0
+    rows = {}
+    for alloc in ["native", "gpumem", "native", "gpumem"]:
+        r = subprocess.run([sys.executable, __file__, "--child", alloc, "--iters", str(args.iters),
+                            "--sizes", args.sizes], capture_output=True, text=True, env=os.environ)
+        if r.returncode != 0:
+            print(f"{alloc}: exit {r.returncode}\n{r.stderr[-2000:]}", file=sys.stderr)
+            return 1
+        line = json.loads(r.stdout.strip().splitlines()[-1])
+        print(json.dumps(line), flush=True)
+        rows.setdefault(alloc, []).append(line["ns_per_empty_del_median_of_5"])
+    print(f"\n{'size (B)':>12}{'native ns':>22}{'gpumem ns':>22}")
+    for s in sizes:
+        n = " / ".join(f"{r[str(s)]:.0f}" for r in rows["native"])
+        g = " / ".join(f"{r[str(s)]:.0f}" for r in rows["gpumem"])
+        print(f"{s:>12}{n:>22}{g:>22}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
