@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Are kernels as fast on gpumem's memory as on PyTorch's? A 1 GiB copy (streaming) and a random
+gather over 1 GiB (every access a different page: the GPU's TLB reach matters), with PyTorch's
+allocator and with gpumem's, each in a fresh process, interleaved; CUDA-event timing, medians.
+
+    python3 integrations/bench_kernel_access.py [--mib 1024] [--reps 30]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def child(alloc, mib, reps):
+    import torch
+    if alloc == "gpumem":
+        import gpumem.torch
+        gpumem.torch.use()
+    dev = torch.device("cuda")
+    n = mib << 20
+    src = torch.ones(n // 4, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    idx = torch.randint(0, n // 4, (1 << 24,), device=dev)
+    out = {}
+    for name, fn in {"copy_GBps": lambda: dst.copy_(src), "gather_ms": lambda: torch.index_select(src, 0, idx)}.items():
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        ms = sorted(times)[len(times) // 2]
+        out[name] = (2 * n / (ms / 1e3) / 1e9) if name == "copy_GBps" else ms
+    print(json.dumps({"allocator": alloc, **out}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mib", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.mib, args.reps)
+        return 0
+    for alloc in ["native", "gpumem", "native", "gpumem"]:
+        r = subprocess.run([sys.executable, __file__, "--child", alloc, "--mib", str(args.mib), "--reps", str(args.reps)],
+                           capture_output=True, text=True, env=os.environ)
+        if r.returncode != 0:
+            print(f"{alloc}: exit {r.returncode}\n{r.stderr[-2000:]}", file=sys.stderr)
+            return 1
+        print(r.stdout.strip().splitlines()[-1], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
