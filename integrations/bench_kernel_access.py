@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Are kernels as fast on gpumem's memory as on PyTorch's? A 1 GiB copy (streaming) and a random
+"""Are kernels as fast on gpumem's memory as on PyTorch's? A 1 GiB copy (streaming; of ones and of random floats) and a random
 gather over 1 GiB (every access a different page: the GPU's TLB reach matters), with PyTorch's
 allocator and with gpumem's, each in a fresh process, interleaved; CUDA-event timing, medians.
 
@@ -20,10 +20,11 @@ def child(alloc, mib, reps):
     dev = torch.device("cuda")
     n = mib << 20
     src = torch.ones(n // 4, dtype=torch.float32, device=dev)
+    rnd = torch.rand(n // 4, dtype=torch.float32, device=dev)  # incompressible, unlike ones
     dst = torch.empty_like(src)
     idx = torch.randint(0, n // 4, (1 << 24,), device=dev)
     out = {}
-    for name, fn in {"copy_GBps": lambda: dst.copy_(src), "gather_ms": lambda: torch.index_select(src, 0, idx)}.items():
+    for name, fn in {"copy_GBps": lambda: dst.copy_(src), "copy_random_GBps": lambda: dst.copy_(rnd), "gather_ms": lambda: torch.index_select(src, 0, idx)}.items():
         for _ in range(3):
             fn()
         times = []
@@ -35,7 +36,7 @@ def child(alloc, mib, reps):
             b.synchronize()
             times.append(a.elapsed_time(b))
         ms = sorted(times)[len(times) // 2]
-        out[name] = (2 * n / (ms / 1e3) / 1e9) if name == "copy_GBps" else ms
+        out[name] = (2 * n / (ms / 1e3) / 1e9) if name.startswith("copy") else ms
     print(json.dumps({"allocator": alloc, **out}))
 
 
