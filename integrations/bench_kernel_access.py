@@ -14,9 +14,9 @@ import sys
 
 def child(alloc, mib, reps):
     import torch
-    if alloc == "gpumem":
+    if alloc.startswith("gpumem"):
         import gpumem.torch
-        gpumem.torch.use()
+        gpumem.torch.use(**({"upstream": alloc.split(":")[1]} if ":" in alloc else {}))
     dev = torch.device("cuda")
     n = mib << 20
     src = torch.ones(n // 4, dtype=torch.float32, device=dev)
@@ -49,7 +49,8 @@ def main():
     if args.child:
         child(args.child, args.mib, args.reps)
         return 0
-    for alloc in ["native", "gpumem", "native", "gpumem"]:
+    # gpumem:device: gpumem's pool on cudaMalloc segments instead of mapped 2 MiB granules.
+    for alloc in ["native", "gpumem", "gpumem:device", "native", "gpumem", "gpumem:device"]:
         r = subprocess.run([sys.executable, __file__, "--child", alloc, "--mib", str(args.mib), "--reps", str(args.reps)],
                            capture_output=True, text=True, env=os.environ)
         if r.returncode != 0:
