@@ -36,6 +36,16 @@ struct bench_args {
   pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
+// The options of gpumem's pool that differ from the defaults, as "key=value,...".
+std::string changed_pool_options(const pool_options& o) {
+  const pool_options d;
+  std::string out;
+  auto add = [&](const std::string& kv) { out += (out.empty() ? "" : ",") + kv; };
+  if (o.idle_budget != d.idle_budget) add(fmt::format("idle_budget={}", o.idle_budget));
+  if (o.grow_before_reclaim != d.grow_before_reclaim) add(fmt::format("grow_before_reclaim={:d}", o.grow_before_reclaim));
+  return out;
+}
+
 // Trace files: those given, else every *.csv.gz in $GPUMEM_TRACES, shared/traces or
 // ../shared/traces (the first that exists).
 std::vector<std::filesystem::path> trace_files(const bench_args& a) {
@@ -195,6 +205,7 @@ int run_bench(const bench_args& args) {
       // gigabytes) must not speed up or slow down the next.
       auto add = [&](std::vector<bench_result> v) {
         for (auto& r : v) {
+          if (r.is_gpumem) r.pool_options = changed_pool_options(args.pool);
           if (args.json) fmt::print("{}\n", to_json_line(r));
           got.push_back(std::move(r));
         }

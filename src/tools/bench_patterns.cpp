@@ -462,6 +462,7 @@ std::string to_json_line(const bench_result& r) {
   } else {
     j += ",\"error\":" + json_string(r.error);
   }
+  if (!r.pool_options.empty()) j += ",\"pool_options\":" + json_string(r.pool_options);
   j += ",\"reps\":" + std::to_string(r.reps) + ",\"ops_per_run\":" + std::to_string(r.ops) + "}";
   return j;
 }

@@ -52,6 +52,9 @@ struct bench_result {
   int reps = 0;                 // timed runs the median is taken over
   std::uint64_t ops = 0;        // ops in one timed run (the last)
   std::string error;            // non-empty: the pattern failed; value is meaningless
+  // gpumem's rows: the pool options that differ from the defaults ("idle_budget=0.05,
+  // grow_before_reclaim=1"), so a JSON line says which pool it measured; empty: the defaults.
+  std::string pool_options;
   // The key naming `value` in JSON: ns_per_pair, ns_per_op or mops_per_s.
   const char* unit_key() const;
   bool higher_is_better() const { return pattern == "threads"; }

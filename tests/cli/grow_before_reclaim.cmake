@@ -9,7 +9,7 @@ set_tests_properties(cli_replay_grow_before_reclaim PROPERTIES LABELS cpu
 add_test(NAME cli_bench_threads_grow_before_reclaim
   COMMAND $<TARGET_FILE:gpumem_cli> bench threads --simulate --reps 1 --allocator gpumem-sim --grow-before-reclaim --json)
 set_tests_properties(cli_bench_threads_grow_before_reclaim PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"pattern\":\"threads\".*\"threads\":16")
+  PASS_REGULAR_EXPRESSION "\"pattern\":\"threads\".*\"threads\":16,.*\"pool_options\":\"grow_before_reclaim=1\"")
 
 # The flag takes true/false at most: anything else exits non-zero and names the option.
 add_test(NAME cli_replay_grow_before_reclaim_bad_value_fails
