@@ -390,27 +390,29 @@ struct pool::impl {
   // (design notes, "Many threads"). Returns the address, or 0.
   template <class Attempt>
   std::uintptr_t reclaim(detail::front_cache* own, Attempt&& attempt) {
-    if (clock.poll()) {
-      arena.promote();
-      slabs.promote();
-    }
-    if (slabs.release_empty())
-      if (const std::uintptr_t a = attempt(false)) return a;
+    // Empty slabs back to the arena, then one more try without growing if that freed any.
+    auto release_and_retry = [&]() -> std::uintptr_t { return slabs.release_empty() ? attempt(false) : 0; };
+    promote_ready();
+    if (const std::uintptr_t a = release_and_retry()) return a;
     if (own && fronts.size() > 1) {
       {
         detail::front_guard flock(own->lock, true);
         flush_front(*own);
       }
-      if (slabs.release_empty())
-        if (const std::uintptr_t a = attempt(false)) return a;
+      if (const std::uintptr_t a = release_and_retry()) return a;
     }
     flush_fronts();
+    promote_ready();
+    slabs.release_empty();
+    return attempt(true);
+  }
+
+  // Under m: blocks whose cross-stream frees the clock now sees done become reusable.
+  void promote_ready() {
     if (clock.poll()) {
       arena.promote();
       slabs.promote();
     }
-    slabs.release_empty();
-    return attempt(true);
   }
 
   // `own`: the caller's front cache, if it has one of its own.

@@ -165,11 +165,11 @@ int run_bench(const bench_args& args) {
     fmt::print(stderr, "gpumem bench: this build has no CUDA layer; running on the simulated device\n");
 #endif
   std::vector<bench_allocator_maker> makers;
-  const pool_options gpumem_options = args.pool;
 #if GPUMEM_HAVE_CUDA
-  if (on_gpu) makers = gpu_bench_allocators(gpumem_options);
+  if (on_gpu) makers = gpu_bench_allocators(args.pool);
 #endif
-  if (!on_gpu) makers = cpu_bench_allocators(gpumem_options);
+  if (!on_gpu) makers = cpu_bench_allocators(args.pool);
+  const std::string gpumem_options_text = changed_pool_options(args.pool);
   if (!args.allocators.empty()) {
     std::erase_if(makers, [&](const bench_allocator_maker& m) {
       return std::find(args.allocators.begin(), args.allocators.end(), m.name) == args.allocators.end();
@@ -205,7 +205,7 @@ int run_bench(const bench_args& args) {
       // gigabytes) must not speed up or slow down the next.
       auto add = [&](std::vector<bench_result> v) {
         for (auto& r : v) {
-          if (r.is_gpumem) r.pool_options = changed_pool_options(args.pool);
+          if (r.is_gpumem) r.pool_options = gpumem_options_text;
           if (args.json) fmt::print("{}\n", to_json_line(r));
           got.push_back(std::move(r));
         }
