@@ -8,17 +8,15 @@ pluggable interface together; the models' step times (bench_models.py) include i
 """
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 
+from fresh_runs import run_children, use_torch_allocator
+
 
 def child(alloc, iters, sizes):
+    use_torch_allocator(alloc)
     import torch
-    if alloc == "gpumem":
-        import gpumem.torch
-        gpumem.torch.use()
     dev = torch.device("cuda")
     out = {}
     for size in sizes:
@@ -47,15 +45,14 @@ def main():
         child(args.child, args.iters, sizes)
         return 0
     rows = {}
-    for alloc in ["native", "gpumem", "native", "gpumem"]:
-        r = subprocess.run([sys.executable, __file__, "--child", alloc, "--iters", str(args.iters),
-                            "--sizes", args.sizes], capture_output=True, text=True, env=os.environ)
-        if r.returncode != 0:
-            print(f"{alloc}: exit {r.returncode}\n{r.stderr[-2000:]}", file=sys.stderr)
-            return 1
-        line = json.loads(r.stdout.strip().splitlines()[-1])
-        print(json.dumps(line), flush=True)
-        rows.setdefault(alloc, []).append(line["ns_per_empty_del_median_of_5"])
+    try:
+        for line in run_children(__file__, ["native", "gpumem", "native", "gpumem"],
+                                 ["--iters", str(args.iters), "--sizes", args.sizes]):
+            print(json.dumps(line), flush=True)
+            rows.setdefault(line["allocator"], []).append(line["ns_per_empty_del_median_of_5"])
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
     print(f"\n{'size (B)':>12}{'native ns':>22}{'gpumem ns':>22}")
     for s in sizes:
         n = " / ".join(f"{r[str(s)]:.0f}" for r in rows["native"])

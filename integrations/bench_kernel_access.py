@@ -7,16 +7,14 @@ allocator and with gpumem's, each in a fresh process, interleaved; CUDA-event ti
 """
 import argparse
 import json
-import os
-import subprocess
 import sys
+
+from fresh_runs import run_children, use_torch_allocator
 
 
 def child(alloc, mib, reps):
+    use_torch_allocator(alloc)
     import torch
-    if alloc.startswith("gpumem"):
-        import gpumem.torch
-        gpumem.torch.use(**({"upstream": alloc.split(":")[1]} if ":" in alloc else {}))
     dev = torch.device("cuda")
     n = mib << 20
     src = torch.ones(n // 4, dtype=torch.float32, device=dev)
@@ -49,14 +47,14 @@ def main():
     if args.child:
         child(args.child, args.mib, args.reps)
         return 0
-    # gpumem:device: gpumem's pool on cudaMalloc segments instead of mapped 2 MiB granules.
-    for alloc in ["native", "gpumem", "gpumem:device", "native", "gpumem", "gpumem:device"]:
-        r = subprocess.run([sys.executable, __file__, "--child", alloc, "--mib", str(args.mib), "--reps", str(args.reps)],
-                           capture_output=True, text=True, env=os.environ)
-        if r.returncode != 0:
-            print(f"{alloc}: exit {r.returncode}\n{r.stderr[-2000:]}", file=sys.stderr)
-            return 1
-        print(r.stdout.strip().splitlines()[-1], flush=True)
+    # gpumem:upstream=device: gpumem's pool on cudaMalloc segments instead of mapped 2 MiB granules.
+    allocs = ["native", "gpumem", "gpumem:upstream=device"] * 2
+    try:
+        for line in run_children(__file__, allocs, ["--mib", str(args.mib), "--reps", str(args.reps)]):
+            print(json.dumps(line), flush=True)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from fresh_runs import gpumem_options
+
 MODELS = ["resnet50_train", "gpt2_train", "bert_infer", "llama_generate", "cupy_ops"]
 DEFAULT_STEPS = {"resnet50_train": 20, "gpt2_train": 20, "bert_infer": 40, "llama_generate": 16,
                  "cupy_ops": 200}
@@ -61,16 +63,6 @@ def _sync_time(torch, fn):
     if _granule_probe:
         STEP_GRANULES.append(_granules_now() - g0)
     return ms, out
-
-
-def _gpumem_options(alloc):
-    """"gpumem" -> {}; "gpumem:idle_budget=0.1,front_cache=0" -> those pool options."""
-    _, _, text = alloc.partition(":")
-    opts = {}
-    for item in filter(None, text.split(",")):
-        key, _, value = item.partition("=")
-        opts[key.strip()] = value.strip()
-    return opts
 
 
 def _seed(torch, seed=1234):
@@ -222,7 +214,7 @@ def child(model, alloc, steps, out_path):
         if is_gpumem:
             import gpumem
             import gpumem.cupy
-            gpumem.cupy.use(**_gpumem_options(alloc))
+            gpumem.cupy.use(**gpumem_options(alloc))
         import cupy as cp
         pool = cp.get_default_memory_pool()
         if is_gpumem:
@@ -242,7 +234,7 @@ def child(model, alloc, steps, out_path):
         if is_gpumem:
             import gpumem
             import gpumem.torch
-            gpumem.torch.use(**_gpumem_options(alloc))   # first thing: before any CUDA allocation
+            gpumem.torch.use(**gpumem_options(alloc))   # first thing: before any CUDA allocation
             _granule_probe = gpumem.stats
         import torch
         fn = globals()["run_" + model]
