@@ -75,25 +75,46 @@ int main() {
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   size_t granule = 0;
   CK(cuMemGetAllocationGranularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-  for (size_t hs : {size_t(2) << 20, size_t(8) << 20, size_t(32) << 20, size_t(128) << 20, size_t(512) << 20}) {
-    if (hs % granule) continue;
+  // One layout of handles: `hs`-byte handles mapped over two 1 GiB ranges reserved at `align`,
+  // access set once for the whole range or once per handle (gpumem sets it per run of handles).
+  auto mapped = [&](const char* label, size_t hs, size_t align, bool access_per_handle) -> int {
+    if (hs % granule) return 0;
     const size_t n = total / hs;
     CUdeviceptr base;
-    CK(cuMemAddressReserve(&base, 2 * total, granule, 0, 0));
+    CK(cuMemAddressReserve(&base, 2 * total, align, 0, 0));
     std::vector<CUmemGenericAllocationHandle> h(2 * n);
     for (size_t i = 0; i < 2 * n; ++i) {
       CK(cuMemCreate(&h[i], hs, &prop, 0));
       CK(cuMemMap(base + i * hs, hs, 0, h[i], 0));
+      if (access_per_handle) CK(cuMemSetAccess(base + i * hs, hs, &acc, 1));
     }
-    CK(cuMemSetAccess(base, 2 * total, &acc, 1));
+    if (!access_per_handle) CK(cuMemSetAccess(base, 2 * total, &acc, 1));
     char* src = reinterpret_cast<char*>(base);
     CR(cudaMemset(src, 1, total));
-    char label[32];
-    std::snprintf(label, sizeof label, "handles of %zu MiB", hs >> 20);
     measure(label, src, src + total);
     CK(cuMemUnmap(base, 2 * total));
     for (auto x : h) CK(cuMemRelease(x));
     CK(cuMemAddressFree(base, 2 * total));
+    return 0;
+  };
+  char label[48];
+  for (size_t hs : {size_t(2) << 20, size_t(8) << 20, size_t(32) << 20, size_t(128) << 20, size_t(512) << 20,
+                    size_t(1024) << 20}) {
+    std::snprintf(label, sizeof label, "handles of %zu MiB", hs >> 20);
+    if (mapped(label, hs, granule, false)) return 1;
+  }
+  // Does the place matter rather than the handle: 2 MiB handles in a range aligned to 1 GiB, and
+  // with access set handle by handle.
+  if (mapped("2 MiB, 1 GiB align", size_t(2) << 20, total, false)) return 1;
+  if (mapped("2 MiB, access each", size_t(2) << 20, granule, true)) return 1;
+  // And cudaMalloc's memory at an offset of 2 MiB inside a larger allocation (not 1 GiB-aligned).
+  {
+    char* big = nullptr;
+    CR(cudaMalloc(&big, 2 * total + (size_t(4) << 20)));
+    char* src = big + (size_t(2) << 20);
+    CR(cudaMemset(src, 1, total));
+    measure("cudaMalloc +2 MiB", src, src + total + (size_t(2) << 20));
+    CR(cudaFree(big));
   }
   return 0;
 }

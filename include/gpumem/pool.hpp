@@ -40,6 +40,19 @@ struct pool_options {
   // 26-34 µs per op at 0, 3.6 µs at 0.1 and 0.45-1.4 µs at 0.25 (bench/RESULTS.md). Not applied
   // when the upstream or max_reserved_bytes refuses to grow.
   double idle_budget = 0.0;
+  // Virtual upstreams: the largest physical handle the pool creates when it grows. Each run of
+  // granules a request needs mapped gets handles of up to this size, each mapped in one piece.
+  // Larger handles cost fewer driver calls and stream faster through cudaMemcpy: on the H200 a
+  // mapping costs the same driver time at 2 MiB as at 128 MiB, and a device-to-device copy ran at
+  // 3.1 TB/s over 2 MiB handles, 4.0 over 8 MiB and 4.13 over 32 MiB against 4.2 over cudaMalloc's
+  // memory (kernels read and wrote all of them at the same speed; bench/RESULTS.md). But a handle
+  // is unmapped and moved only whole, so one that still holds a live block cannot lend its idle
+  // granules elsewhere: under the default policy 8 MiB handles raised peak reserved / peak live on
+  // the shared traces from 1.015 to 1.05, 32 MiB to 1.15. 0 (the default) picks by policy: one
+  // granule per handle by default (the finest reuse), 32 MiB with grow_before_reclaim (which does
+  // not move idle granules while it can grow; there 32 MiB handles left peak reserved unchanged and
+  // cut cuMemCreate calls 10x on the traces).
+  std::size_t max_handle_bytes = 0;
   // When a request finds nothing cached: false (the default) first empties the front caches and
   // gives back empty slabs — caching never makes the pool grow, the tightest — and grows only if
   // that was not enough; true grows first, and empties caches, gives back empty slabs and remaps

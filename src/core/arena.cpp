@@ -25,6 +25,9 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   segments_.push_back({range_base_, range_bytes_, true});
   const std::size_t granules = range_bytes_ / granule_;
   granule_handle_.assign(granules, physical_handle{0});
+  handle_head_.assign(granules, 0);
+  handle_granules_.assign(granules, 0);
+  max_handle_granules_ = std::max<std::size_t>(1, opts_.max_handle_bytes / granule_);
   busy_.assign(granules, 0);
   // The whole range starts as one unmapped ready block: one run.
   auto it = blocks_.emplace(range_base_, block{range_bytes_, 0, state::ready, false, 0, 0, {}}).first;
@@ -42,9 +45,9 @@ arena::~arena() {
       std::size_t e = g;
       while (e < granule_handle_.size() && granule_handle_[e].value) ++e;
       up_.unmap(reinterpret_cast<void*>(granule_addr(g)), (e - g) * granule_);  // one call per run
-      for (; g < e; ++g) up_.release_physical(granule_handle_[g], granule_);
+      for (; g < e; g += handle_granules_[g]) up_.release_physical(granule_handle_[g], handle_granules_[g] * granule_);
     }
-    for (auto h : spares_) up_.release_physical(h, granule_);
+    for (auto p : spares_) up_.release_physical(p.h, p.granules * granule_);
     up_.release_range(reinterpret_cast<void*>(range_base_), range_bytes_);
   } else {
     for (auto& s : segments_)
@@ -427,24 +430,47 @@ void arena::run_remove(std::uintptr_t a, std::size_t n) {
   }
 }
 
-void arena::map_run(std::size_t g0, const physical_handle* handles, std::size_t count) {
-  up_.map_run(reinterpret_cast<void*>(granule_addr(g0)), granule_, handles, count);
-  ++map_calls_;
-  for (std::size_t k = 0; k < count; ++k) {
-    granule_handle_[g0 + k] = handles[k];
-    idle_.insert(g0 + k);  // until the block over it is carved
-    ++mapped_;
-    ++maps_;
+// Each piece is one mapping; consecutive single-granule pieces go in one upstream call (one
+// cuMemSetAccess for them all). Each call's granules are recorded as soon as it succeeds, so when
+// a later call throws, `done` says how many pieces are mapped and accounted for.
+void arena::map_pieces(std::size_t g0, const piece* pieces, std::size_t count, std::size_t& done) {
+  std::vector<physical_handle> singles;
+  std::size_t g = g0;
+  for (done = 0; done < count;) {
+    std::size_t end = done + 1;
+    if (pieces[done].granules == 1) {
+      singles.clear();
+      for (end = done; end < count && pieces[end].granules == 1; ++end) singles.push_back(pieces[end].h);
+      up_.map_run(reinterpret_cast<void*>(granule_addr(g)), granule_, singles.data(), singles.size());
+    } else {
+      up_.map(reinterpret_cast<void*>(granule_addr(g)), pieces[done].granules * granule_, pieces[done].h);
+    }
+    ++map_calls_;
+    const std::size_t from = g;
+    for (; done < end; ++done) {
+      for (std::size_t k = 0; k < pieces[done].granules; ++k, ++g) {
+        granule_handle_[g] = pieces[done].h;
+        handle_head_[g] = static_cast<std::uint32_t>(k);
+        handle_granules_[g] = static_cast<std::uint32_t>(pieces[done].granules);
+        idle_.insert(g);  // until the block over it is carved
+        ++mapped_;
+        ++maps_;
+      }
+    }
+    set_mapped(granule_addr(from), granule_addr(g), true);
   }
-  set_mapped(granule_addr(g0), granule_addr(g0 + count), true);
 }
 
-void arena::unmap_run(std::size_t g0, std::size_t g1, std::vector<physical_handle>& into) {
+void arena::unmap_run(std::size_t g0, std::size_t g1) {
   up_.unmap(reinterpret_cast<void*>(granule_addr(g0)), (g1 - g0) * granule_);
   ++unmap_calls_;
   for (std::size_t g = g0; g < g1; ++g) {
-    into.push_back(granule_handle_[g]);
+    if (handle_head_[g] == 0) {
+      spares_.push_back({granule_handle_[g], handle_granules_[g]});
+      spare_granules_ += handle_granules_[g];
+    }
     granule_handle_[g] = physical_handle{0};
+    handle_head_[g] = handle_granules_[g] = 0;
     idle_.erase(g);
     --mapped_;
     ++unmaps_;
@@ -452,52 +478,111 @@ void arena::unmap_run(std::size_t g0, std::size_t g1, std::vector<physical_handl
   set_mapped(granule_addr(g0), granule_addr(g1), false);
 }
 
-// The victim is the highest idle granule outside the window, with the idle granules right below
+bool arena::handle_idle(std::size_t head) const {
+  for (std::size_t g = head; g < head + handle_granules_[head]; ++g)
+    if (busy_[g]) return false;
+  return true;
+}
+
+std::size_t arena::idle_budget_granules() const {
+  if (opts_.idle_budget <= 0) return 0;
+  return static_cast<std::size_t>(opts_.idle_budget * double(allocated_)) / granule_;
+}
+
+std::size_t arena::top_idle_handle(std::size_t most, bool larger, std::size_t keep_lo, std::size_t keep_hi) const {
+  for (auto it = idle_.end(); it != idle_.begin();) {
+    const std::size_t g = *--it;
+    const std::size_t head = g - handle_head_[g], n = handle_granules_[g];
+    const bool kept = head < keep_hi && head + n > keep_lo;
+    if ((larger ? n > most : n <= most) && !kept && handle_idle(head)) return head;
+    it = idle_.lower_bound(head);  // the rest of this handle is no better
+  }
+  return SIZE_MAX;
+}
+
+// The victim is the highest idle handle outside the window, with the idle handles right below
 // it: contiguous idle granules lie in one mapped ready block, so the run is one unmap call. (Which
 // idle granules go made no difference to peak reserved on the shared traces: lowest first, least
 // recently idle first and smallest hole first were tried.) Within the idle budget only the idle
 // granules above it may go.
-std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget,
-                           std::vector<physical_handle>& into) {
+std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget) {
   if (idle_.empty() || want == 0) return 0;
   if (within_budget && opts_.keep_idle) return 0;
-  if (within_budget && opts_.idle_budget > 0) {
-    const auto keep = static_cast<std::size_t>(opts_.idle_budget * double(allocated_)) / granule_;
+  if (within_budget) {
+    const std::size_t keep = idle_budget_granules();
     if (idle_.size() <= keep) return 0;
     want = std::min(want, idle_.size() - keep);
   }
-  auto kept = [&](std::size_t g) { return g >= keep_lo && g < keep_hi; };
-  auto top = std::prev(idle_.end());
-  if (kept(*top)) {
-    auto below = idle_.lower_bound(keep_lo);
-    if (below == idle_.begin()) return 0;
-    top = std::prev(below);
+  const std::size_t top = top_idle_handle(want, false, keep_lo, keep_hi);
+  if (top == SIZE_MAX) return 0;
+  std::size_t g0 = top, g1 = top + handle_granules_[top];
+  while (g0 > 0 && granule_handle_[g0 - 1].value) {
+    const std::size_t head = g0 - 1 - handle_head_[g0 - 1], n = handle_granules_[head];
+    if (g1 - g0 + n > want || (head < keep_hi && g0 > keep_lo) || !handle_idle(head)) break;
+    g0 = head;
   }
-  const std::size_t g1 = *top + 1;
-  std::size_t g0 = *top;
-  auto idle = [&](std::size_t g) { return granule_handle_[g].value && busy_[g] == 0; };
-  while (g0 > 0 && g1 - g0 < want && idle(g0 - 1) && !kept(g0 - 1)) --g0;
-  unmap_run(g0, g1, into);
+  unmap_run(g0, g1);
   return g1 - g0;
 }
 
+void arena::release_spare(std::size_t i) {
+  up_.release_physical(spares_[i].h, spares_[i].granules * granule_);
+  spare_granules_ -= spares_[i].granules;
+  spares_[i] = spares_.back();
+  spares_.pop_back();
+  ++upstream_releases_;
+}
+
+bool arena::release_oversized(std::size_t most, std::size_t keep_lo, std::size_t keep_hi, bool within_budget) {
+  for (std::size_t i = 0; i < spares_.size(); ++i)
+    if (spares_[i].granules > most) {
+      release_spare(i);
+      return true;
+    }
+  if (within_budget && opts_.keep_idle) return false;
+  const std::size_t head = top_idle_handle(most, true, keep_lo, keep_hi);
+  if (head == SIZE_MAX) return false;
+  const std::size_t n = handle_granules_[head];
+  if (within_budget && idle_.size() < idle_budget_granules() + n) return false;
+  unmap_run(head, head + n);
+  release_spare(spares_.size() - 1);
+  return true;
+}
+
+bool arena::take_spare(std::size_t most, std::vector<piece>& got) {
+  std::size_t best = SIZE_MAX;
+  for (std::size_t i = 0; i < spares_.size(); ++i)
+    if (spares_[i].granules <= most && (best == SIZE_MAX || spares_[i].granules > spares_[best].granules)) best = i;
+  if (best == SIZE_MAX) return false;
+  got.push_back(spares_[best]);
+  spare_granules_ -= spares_[best].granules;
+  spares_[best] = spares_.back();
+  spares_.pop_back();
+  return true;
+}
+
 bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, bool may_grow,
-                          std::vector<physical_handle>& got, std::string* why) {
+                          std::vector<piece>& got, std::string* why) {
   bool covered = false, waited = false;
+  std::size_t have = 0, most_new = max_handle_granules_;
+  const std::size_t first = got.size();
   auto fail = [&](std::string text) {
-    spares_.insert(spares_.end(), got.begin(), got.end());
-    got.clear();
+    for (std::size_t i = first; i < got.size(); ++i) {
+      spares_.push_back(got[i]);
+      spare_granules_ += got[i].granules;
+    }
+    got.resize(first);
     set_why(why, std::move(text));
     return false;
   };
-  while (got.size() < count) {
-    if (!spares_.empty()) {
-      got.push_back(spares_.back());
-      spares_.pop_back();
+  while (have < count) {
+    const std::size_t rest = count - have;
+    if (take_spare(rest, got)) {
+      have += got.back().granules;
       continue;
     }
     // Same physical memory, mapped where it is needed now: no growth, no copy.
-    if (harvest(count - got.size(), keep_lo, keep_hi, true, got)) continue;
+    if (harvest(rest, keep_lo, keep_hi, true)) continue;
     if (!covered) {
       covered = true;
       clock_.cover_all();
@@ -507,18 +592,31 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
       }
     }
     if (!may_grow) return fail("growth needed");
-    const bool over_limit = reserved_bytes() + (got.size() + 1) * granule_ > opts_.max_reserved_bytes;
+    // Idle memory above the budget that is only in handles too large for this run: give one back
+    // rather than grow beside it.
+    if (release_oversized(rest, keep_lo, keep_hi, true)) continue;
+    const std::size_t n = std::min(rest, most_new);
+    // Handles already taken for this window are reserved too, though neither mapped nor spare.
+    std::size_t pending = 0;
+    for (const auto& p : got) pending += p.granules;
+    const bool over_limit = reserved_bytes() + (pending + n) * granule_ > opts_.max_reserved_bytes;
     std::optional<physical_handle> h;
     if (!over_limit) {
-      h = up_.create_physical(granule_);
+      h = up_.create_physical(n * granule_);
       ++upstream_calls_;
     }
     if (h) {
-      got.push_back(*h);
+      got.push_back({*h, n});
+      have += n;
+      continue;
+    }
+    if (n > 1) {  // the device (or the limit) may still have room for smaller handles
+      most_new = 1;
       continue;
     }
     // No growth: the idle granules the budget kept come before waiting and failing.
-    if (harvest(count - got.size(), keep_lo, keep_hi, false, got)) continue;
+    if (harvest(rest, keep_lo, keep_hi, false)) continue;
+    if (release_oversized(rest, keep_lo, keep_hi, false)) continue;
     if (!waited) {
       waited = true;
       if (clock_.wait_all()) {
@@ -534,23 +632,43 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
 
 bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why) {
   const std::size_t g_lo = granule_of(a), g_hi = granule_of(a + n - 1) + 1;
-  std::vector<std::size_t> missing;
-  for (std::size_t g = g_lo; g < g_hi; ++g)
-    if (granule_handle_[g].value == 0) missing.push_back(g);
-  if (missing.empty()) return true;
-  std::vector<physical_handle> got;
-  if (!take_physical(missing.size(), g_lo, g_hi, may_grow, got, why)) return false;
-  // Consecutive missing granules lie in one unmapped block: one upstream call maps each run.
-  for (std::size_t i = 0; i < missing.size();) {
-    std::size_t j = i + 1;
-    while (j < missing.size() && missing[j] == missing[j - 1] + 1) ++j;
+  // Runs of missing granules: each lies in one unmapped block and is filled with handles adding
+  // up to its length exactly, mapped in one go.
+  struct run_need {
+    std::size_t g0, count, first_piece;
+  };
+  std::vector<run_need> runs;
+  for (std::size_t g = g_lo; g < g_hi; ++g) {
+    if (granule_handle_[g].value) continue;
+    if (!runs.empty() && runs.back().g0 + runs.back().count == g)
+      ++runs.back().count;
+    else
+      runs.push_back({g, 1, 0});
+  }
+  if (runs.empty()) return true;
+  std::vector<piece> got;
+  for (auto& r : runs) {
+    r.first_piece = got.size();
+    if (!take_physical(r.count, g_lo, g_hi, may_grow, got, why)) {
+      for (const auto& p : got) {
+        spares_.push_back(p);
+        spare_granules_ += p.granules;
+      }
+      return false;
+    }
+  }
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::size_t end = i + 1 < runs.size() ? runs[i + 1].first_piece : got.size();
+    std::size_t done = 0;
     try {
-      map_run(missing[i], got.data() + i, j - i);
+      map_pieces(runs[i].g0, got.data() + runs[i].first_piece, end - runs[i].first_piece, done);
     } catch (...) {
-      spares_.insert(spares_.end(), got.begin() + static_cast<std::ptrdiff_t>(i), got.end());
+      for (std::size_t k = runs[i].first_piece + done; k < got.size(); ++k) {
+        spares_.push_back(got[k]);
+        spare_granules_ += got[k].granules;
+      }
       throw;
     }
-    i = j;
   }
   return true;
 }
@@ -634,18 +752,12 @@ void arena::release(std::size_t keep_cached) {
   if (moved) promote();
   auto cached = [&] { return reserved_bytes() - allocated_; };
   if (virtual_) {
-    while (cached() > keep_cached && !spares_.empty()) {
-      up_.release_physical(spares_.back(), granule_);
-      spares_.pop_back();
-      ++upstream_releases_;
-    }
-    while (cached() > keep_cached && !idle_.empty()) {
-      std::vector<physical_handle> got;
-      harvest((cached() - keep_cached + granule_ - 1) / granule_, 0, 0, false, got);  // a run per call
-      for (auto h : got) {
-        up_.release_physical(h, granule_);
-        ++upstream_releases_;
-      }
+    // Idle handles go whole: with keep_cached > 0 one larger than the excess stays mapped.
+    while (cached() > keep_cached) {
+      while (cached() > keep_cached && !spares_.empty()) release_spare(spares_.size() - 1);
+      if (cached() <= keep_cached) break;
+      const std::size_t excess = (cached() - keep_cached + granule_ - 1) / granule_;
+      if (!harvest(keep_cached ? excess : SIZE_MAX, 0, 0, false)) break;  // a run per call
     }
     return;
   }
@@ -664,7 +776,7 @@ void arena::release(std::size_t keep_cached) {
 }
 
 std::size_t arena::reserved_bytes() const noexcept {
-  return virtual_ ? (mapped_ + spares_.size()) * granule_ : segment_bytes_;
+  return virtual_ ? (mapped_ + spare_granules_) * granule_ : segment_bytes_;
 }
 
 // Ready blocks in the index on a virtual upstream are mapped ones, and owned blocks are always
@@ -795,6 +907,20 @@ void arena::check() const {
       if ((!is_mapped || busy_[g]) && idle_.count(g)) fail(fmt::format("granule {} is listed idle but is not", g));
     }
     if (mapped != mapped_) fail("mapped granule count is off");
+    for (std::size_t g = 0; g < busy_.size(); ++g) {
+      if (!granule_handle_[g].value) continue;
+      const std::size_t head = g - handle_head_[g];
+      if (handle_head_[g] > g || handle_head_[head] != 0 || handle_granules_[head] != handle_granules_[g] ||
+          granule_handle_[head] != granule_handle_[g] || handle_head_[g] >= handle_granules_[g])
+        fail(fmt::format("granule {} is not part of a whole mapped handle", g));
+      if (handle_head_[g] == 0)
+        for (std::size_t k = 1; k < handle_granules_[g]; ++k)
+          if (g + k >= busy_.size() || granule_handle_[g + k] != granule_handle_[g] || handle_head_[g + k] != k)
+            fail(fmt::format("the handle mapped at granule {} is not mapped whole", g));
+    }
+    std::size_t spare = 0;
+    for (const auto& p : spares_) spare += p.granules;
+    if (spare != spare_granules_) fail("spare granule count is off");
   }
 }
 

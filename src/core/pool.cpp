@@ -78,6 +78,12 @@ class all_fronts_locked {
   const std::vector<std::unique_ptr<detail::front_cache>>& v_;
   std::size_t released_ = 0;
 };
+// pool_options::max_handle_bytes, 0 resolved by the policy.
+std::size_t handle_bytes_for(const pool_options& o) {
+  if (o.max_handle_bytes) return o.max_handle_bytes;
+  return o.grow_before_reclaim ? std::size_t{32} << 20 : 0;
+}
+
 }  // namespace
 
 struct pool::impl {
@@ -118,7 +124,8 @@ struct pool::impl {
         clock(o),
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
-                                    op.release_threshold_bytes, op.idle_budget, op.grow_before_reclaim}),
+                                    op.release_threshold_bytes, op.idle_budget, op.grow_before_reclaim,
+                                    handle_bytes_for(op)}),
         slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));

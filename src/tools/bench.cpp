@@ -33,7 +33,7 @@ struct bench_args {
   int reps = 5;
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
-  pool_options pool;  // --idle-budget, --grow-before-reclaim
+  pool_options pool;  // --idle-budget, --grow-before-reclaim, --max-handle-bytes
 };
 
 // The options of gpumem's pool that differ from the defaults, as "key=value,...".
@@ -43,6 +43,7 @@ std::string changed_pool_options(const pool_options& o) {
   auto add = [&](const std::string& kv) { out += (out.empty() ? "" : ",") + kv; };
   if (o.idle_budget != d.idle_budget) add(fmt::format("idle_budget={}", o.idle_budget));
   if (o.grow_before_reclaim != d.grow_before_reclaim) add(fmt::format("grow_before_reclaim={:d}", o.grow_before_reclaim));
+  if (o.max_handle_bytes != d.max_handle_bytes) add(fmt::format("max_handle_bytes={}", o.max_handle_bytes));
   return out;
 }
 

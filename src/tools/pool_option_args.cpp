@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "tools/byte_size.hpp"
+
 namespace gpumem::tools {
 
 void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what) {
@@ -16,6 +18,12 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::grow_before_reclaim, grow before emptying the front caches and giving back "
                    "empty slabs (faster, most of all with many threads; costs memory)");
+  app.add_option_function<std::string>(
+         "--max-handle-bytes", [&opts](const std::string& v) { opts.max_handle_bytes = parse_byte_size(v); },
+         std::string(what) +
+             ": pool_options::max_handle_bytes, the largest physical handle the pool creates when it grows (e.g. "
+             "32M; 0, the default, picks by policy: one granule per handle, 32 MiB with --grow-before-reclaim)")
+      ->type_name("BYTES");
 }
 
 }  // namespace gpumem::tools
