@@ -13,6 +13,10 @@ with a table of ratios.
         python3 integrations/bench_models.py [--models resnet50_train,gpt2_train,...] [--steps N]
 
 Models: resnet50_train, gpt2_train, bert_infer, llama_generate, cupy_ops.
+--peers adds PyTorch allocators that are not gpumem, each compared with native like gpumem:
+native-async (PyTorch's own cudaMallocAsync backend) and pluggable-async (the same cudaMallocAsync
+behind CUDAPluggableAllocator, libgpumem_pluggable_probe.so): their difference is what the pluggable
+interface itself costs a step, whatever allocator is behind it.
 Exit status: 0 when every run finished and every comparison matched, 1 otherwise.
 """
 from __future__ import annotations
@@ -39,6 +43,8 @@ WARM_STEPS = {"resnet50_train": 3, "gpt2_train": 10, "bert_infer": 5, "llama_gen
 RTOL = {"resnet50_train": 5e-2, "gpt2_train": 5e-2, "bert_infer": 1e-2, "llama_generate": 0.0,
         "cupy_ops": 1e-5}
 CHILD_TIMEOUT_S = 120
+PEERS = ["native-async", "pluggable-async"]
+PROBE_LIB = "libgpumem_pluggable_probe.so"
 
 
 # ------------------------------------------------------------------------------------------ child
@@ -236,6 +242,12 @@ def child(model, alloc, steps, out_path):
             import gpumem.torch
             gpumem.torch.use(**gpumem_options(alloc))   # first thing: before any CUDA allocation
             _granule_probe = gpumem.stats
+        elif alloc == "pluggable-async":
+            import torch
+            from gpumem import _lib
+            probe = os.path.join(os.path.dirname(_lib.library_path()), PROBE_LIB)
+            torch.cuda.memory.change_current_allocator(
+                torch.cuda.memory.CUDAPluggableAllocator(probe, "probe_alloc", "probe_free"))
         import torch
         fn = globals()["run_" + model]
         times, values = fn(torch, steps)
@@ -245,7 +257,7 @@ def child(model, alloc, steps, out_path):
             result.update(peak_allocated_bytes=s["peak_live_bytes"],
                           peak_reserved_bytes=s["peak_reserved_bytes"], gpumem_stats=s,
                           hooks=gpumem.torch.hooks)
-        else:
+        elif alloc != "pluggable-async":  # the probe keeps no figures
             result.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                           peak_reserved_bytes=torch.cuda.max_memory_reserved())
         result.update(device=torch.cuda.get_device_name(0), torch=torch.__version__)
@@ -265,9 +277,12 @@ def run_one(model, alloc, steps):
         path = tmp.name
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, "--alloc", alloc,
            "--steps", str(steps), "--out", path]
+    env = dict(os.environ)
+    if alloc == "native-async":  # read when PyTorch sets up its allocator: before the child starts
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=env)
         rc, err = r.returncode, r.stderr
     except subprocess.TimeoutExpired as e:
         rc, err = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -340,6 +355,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per allocator, interleaved (native, gpumem, native, gpumem, ...): the H200's "
                          "step times drift by several %% between runs, so one run each can mislead")
+    ap.add_argument("--peers", default="",
+                    help="comma-separated allocators that are not gpumem, also compared with native: " + ",".join(PEERS))
     ap.add_argument("--alloc", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -351,7 +368,10 @@ def main():
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown models: {unknown}")
-    allocs = ["native", "gpumem"] + ["gpumem:" + v.strip() for v in args.variants.split(";") if v.strip()]
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    if any(p not in PEERS for p in peers):
+        ap.error(f"unknown peers: {[p for p in peers if p not in PEERS]}; known: {PEERS}")
+    allocs = ["native", "gpumem"] + ["gpumem:" + v.strip() for v in args.variants.split(";") if v.strip()] + peers
     rows, all_ok = [], True
     for model in models:
         steps = args.steps or DEFAULT_STEPS[model]
@@ -360,8 +380,9 @@ def main():
             # CuPy compiles kernels on first use and caches them on disk: a throwaway run first, so
             # neither measured run pays for compiling.
             run_one(model, "native", steps)
+        model_allocs = [a for a in allocs if not (model == "cupy_ops" and a in PEERS)]  # PyTorch's only
         for rep in range(max(1, args.repeat)):
-            for alloc in allocs:
+            for alloc in model_allocs:
                 res = run_one(model, alloc, steps)
                 line = {k: v for k, v in res.items() if k not in ("values", "step_ms", "step_granules")}
                 print(json.dumps(dict(line, repeat=rep)), flush=True)
@@ -371,13 +392,13 @@ def main():
                 runs.setdefault(alloc, []).append(res)
         runs = {alloc: merge_runs(model, rs) for alloc, rs in runs.items()}
         n = runs["native"]
-        for alloc in allocs[1:]:
+        for alloc in model_allocs[1:]:
             g = runs[alloc]
             match, diff = compare(model, n, g) if n.get("ok") and g.get("ok") else (False, None)
             all_ok &= match
             print(json.dumps({"model": model, "allocator": alloc, "compare": "outputs", "match": match,
                               "max_rel_diff": diff, "rtol": RTOL[model]}), flush=True)
-            label = model if alloc == "gpumem" else f"{model} [{alloc[len('gpumem:'):]}]"
+            label = model if alloc == "gpumem" else f"{model} [{alloc.removeprefix('gpumem:')}]"
             rows.append((label, n, g, match, diff))
 
     print()
@@ -394,7 +415,8 @@ def main():
               f"{fmt_ratio(g.get('peak_reserved_bytes'), n.get('peak_reserved_bytes')):>9}"
               f"{steady_granules(g):>10}"
               f"{('same' if match else 'FAILED' if not (n.get('ok') and g.get('ok')) else 'DIFFER'):>10}")
-    print("\ntime g/n: median step time gpumem / native (after warm-up); res/alloc: peak reserved /"
+    print("\nRows [native-async] and [pluggable-async] are those peers in the gpumem columns."
+          "\ntime g/n: median step time gpumem / native (after warm-up); res/alloc: peak reserved /"
           " peak allocated; res g/n: gpumem peak reserved / native peak reserved. cupy_ops' native"
           " is CuPy's MemoryPool (reserved = total_bytes(), sampled per iteration). gran/step: granules"
           " gpumem mapped + unmapped per step after warm-up (driver calls of tens of µs each).")

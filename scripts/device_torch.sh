@@ -8,15 +8,15 @@
 #   device: run(command="scripts/device_torch.sh", carry=[".carry/torch"])
 # Env: GPUMEM_DIST (default .carry/torch), MODELS (default all), STEPS (default per model),
 #      VARIANTS (more gpumem runs with pool options, e.g. "idle_budget=0.1;idle_budget=0.25"),
-#      REPEAT (runs per allocator, interleaved),
-#      SKIP_BENCH=1 (smoke only).
+#      REPEAT (runs per allocator, interleaved), PEERS (e.g. "native-async,pluggable-async"),
+#      SKIP_BENCH=1 (smoke only), SKIP_SMOKE=1 (models only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIST=${GPUMEM_DIST:-.carry/torch}
 
 if [[ "${1:-}" == stage ]]; then
   mkdir -p "$DIST"
-  cp build/integrations/libgpumem_torch.so "$DIST/"
+  cp build/integrations/libgpumem_torch.so build/integrations/libgpumem_pluggable_probe.so "$DIST/"
   ldd "$DIST/libgpumem_torch.so"
   ls -la "$DIST"
   exit 0
@@ -39,11 +39,13 @@ PY=${PYTHON:-python3}
 } 2>&1 | tee "$OUT/env.txt"
 
 rc=0
-echo "== smoke"
-timeout 300 $PY integrations/smoke_torch.py 2>&1 | tee "$OUT/smoke.log"
-smoke_rc=${PIPESTATUS[0]}
-echo "smoke: exit $smoke_rc"
-[[ $smoke_rc -eq 0 ]] || rc=1
+if [[ -z "${SKIP_SMOKE:-}" ]]; then
+  echo "== smoke"
+  timeout 300 $PY integrations/smoke_torch.py 2>&1 | tee "$OUT/smoke.log"
+  smoke_rc=${PIPESTATUS[0]}
+  echo "smoke: exit $smoke_rc"
+  [[ $smoke_rc -eq 0 ]] || rc=1
+fi
 
 if [[ -z "${SKIP_BENCH:-}" ]]; then
   echo "== bench_models"
@@ -52,6 +54,7 @@ if [[ -z "${SKIP_BENCH:-}" ]]; then
   [[ -n "${STEPS:-}" ]] && args+=(--steps "$STEPS")
   [[ -n "${VARIANTS:-}" ]] && args+=(--variants "$VARIANTS")
   [[ -n "${REPEAT:-}" ]] && args+=(--repeat "$REPEAT")
+  [[ -n "${PEERS:-}" ]] && args+=(--peers "$PEERS")
   timeout ${BENCH_TIMEOUT:-540} $PY integrations/bench_models.py "${args[@]}" >"$OUT/bench_models.log" 2>"$OUT/bench_models.stderr"
   bench_rc=$?
   grep '^{' "$OUT/bench_models.log" >"$OUT/bench_models.jsonl" || true

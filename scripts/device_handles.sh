@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One GPU call (session 5): the GPU tests; what physical handles of several granules change on the
+# H200 (replay and churn, this build against the previous one carried as gpumem-base, both
+# policies); and where ResNet-50's step time goes: native, gpumem, gpumem growing first, PyTorch's
+# own cudaMallocAsync backend and the same cudaMallocAsync behind the pluggable interface.
+#   here:   cmake --build build-carry; copy gpumem, libgpumem.a, gpumem_gpu_tests, traces to
+#           .carry/gpu (and the previous gpumem as .carry/gpu/gpumem-base); the two .so to .carry/torch
+#   device: run(command="bash scripts/device_handles.sh", carry=[".carry/gpu", ".carry/torch"])
+# Env: SKIP_TESTS=1, SKIP_TORCH=1, MODELS (default resnet50_train), REPEAT (default 2), VARIANTS.
+set -u
+cd "$(dirname "$0")/.."
+D=.carry/gpu
+FINAL=${OUT:-/tmp/gpumem-handles}
+W=$(mktemp -d)
+mkdir -p "$FINAL"
+
+if [[ -z "${SKIP_TESTS:-}" ]]; then
+  GPUMEM_EXAMPLES="$PWD/examples" timeout ${TEST_TIMEOUT:-120} "$D/gpumem_gpu_tests" > "$W/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$?" >> "$W/gpu_tests.log"
+fi
+
+for bin in gpumem-base gpumem; do
+  [[ -x "$D/$bin" ]] || continue
+  for policy in "" --grow-before-reclaim; do
+    for pattern in churn replay; do
+      timeout 100 "$D/$bin" bench $pattern --allocator gpumem-gpu --reps 3 --traces "$D/traces" $policy --json \
+        2>> "$W/bench.err" | sed "s/\"allocator\":\"gpumem-gpu\"/\"allocator\":\"$bin${policy:++grow}\"/" >> "$W/speed.jsonl"
+    done
+    for t in "$D"/traces/*.csv.gz; do
+      echo "$bin ${policy:-default} $(basename "$t") $(timeout 60 "$D/$bin" replay "$t" --resource gpu-pool $policy --json)" >> "$W/replay.txt"
+    done
+  done
+done
+
+if [[ -z "${SKIP_TORCH:-}" ]]; then
+  OUT="$W/torch" MODELS=${MODELS:-resnet50_train} REPEAT=${REPEAT:-2} VARIANTS=${VARIANTS:-grow_before_reclaim=1} \
+    PEERS=${PEERS:-native-async,pluggable-async} SKIP_SMOKE=1 timeout ${TORCH_TIMEOUT:-360} bash scripts/device_torch.sh > "$W/torch.txt" 2>&1
+fi
+
+tar czf "$FINAL/handles.tgz" -C "$W" .
+[[ -f "$W/gpu_tests.log" ]] && { echo "== GPU tests"; grep -E "PASSED|FAILED|rc=" "$W/gpu_tests.log" | tail -6; }
+echo "== speed (ns/op)"
+grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"ns_per_op":[0-9.]*' "$W/speed.jsonl" \
+  | sed 's/"device":"[^"]*",//; s/"//g; s/pattern://; s/allocator://'
+echo "== replay on the GPU pool: frag, ns/op, maps, upstream calls"
+sed -E 's/\{.*"fragmentation":([0-9.]+).*"maps":([0-9]+).*"ns_per_op":([0-9.]+).*"upstream_calls":([0-9]+).*/frag \1 maps \2 ns \3 up \4/' "$W/replay.txt"
+tail -3 "$W/bench.err"
+tail -14 "$W/torch.txt" 2>/dev/null
