@@ -51,7 +51,9 @@ struct pool_options {
   // the shared traces from 1.015 to 1.05, 32 MiB to 1.15. 0 (the default) picks by policy: one
   // granule per handle by default (the finest reuse), 32 MiB with grow_before_reclaim (which does
   // not move idle granules while it can grow; there 32 MiB handles left peak reserved unchanged and
-  // cut cuMemCreate calls 10x on the traces).
+  // cut cuMemCreate calls 10x on the traces). Near the device's limit that policy must move them
+  // after all, and a large handle with one live block cannot: a job that runs close to the device's
+  // memory growing first should set this to the granule.
   std::size_t max_handle_bytes = 0;
   // When a request finds nothing cached: false (the default) first empties the front caches and
   // gives back empty slabs — caching never makes the pool grow, the tightest — and grows only if
