@@ -1,5 +1,6 @@
 #include "tools/pool_option_args.hpp"
 
+#include <stdexcept>
 #include <string>
 
 #include "tools/byte_size.hpp"
@@ -19,7 +20,14 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                    ": pool_options::grow_before_reclaim, grow before emptying the front caches and giving back "
                    "empty slabs (faster, most of all with many threads; costs memory)");
   app.add_option_function<std::string>(
-         "--max-handle-bytes", [&opts](const std::string& v) { opts.max_handle_bytes = parse_byte_size(v); },
+         "--max-handle-bytes",
+         [&opts](const std::string& v) {
+           try {
+             opts.max_handle_bytes = parse_byte_size(v);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--max-handle-bytes", e.what());
+           }
+         },
          std::string(what) +
              ": pool_options::max_handle_bytes, the largest physical handle the pool creates when it grows (e.g. "
              "32M; 0, the default, picks by policy: one granule per handle, 32 MiB with --grow-before-reclaim)")
