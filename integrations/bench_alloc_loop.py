@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Host cost of one tensor allocation through PyTorch: `torch.empty` then `del`, in a loop, with
 PyTorch's caching allocator and with gpumem's (through torch.cuda.memory.CUDAPluggableAllocator),
-each in a fresh process. The difference is what a model pays per tensor for the allocator and the
-pluggable interface together; the models' step times (bench_models.py) include it.
+each in a fresh process, twice, interleaved. The difference is what a model pays per tensor for the
+allocator and the pluggable interface together; the models' step times (bench_models.py) include
+it. native-async against pluggable-async (fresh_runs.PEERS) isolates the interface's share.
 
     python3 integrations/bench_alloc_loop.py [--iters N] [--sizes 512,1048576,...]
+                                             [--allocators native,gpumem,native-async,pluggable-async]
 """
 import argparse
 import json
 import sys
 import time
 
-from fresh_runs import run_children, use_torch_allocator
+from fresh_runs import PEERS, run_children, use_torch_allocator
 
 
 def child(alloc, iters, sizes):
@@ -38,6 +40,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--sizes", default="512,1048576,67108864")
+    ap.add_argument("--allocators", default="native,gpumem",
+                    help="comma-separated: native, gpumem[:options], " + ", ".join(PEERS))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -46,18 +50,17 @@ def main():
         return 0
     rows = {}
     try:
-        for line in run_children(__file__, ["native", "gpumem", "native", "gpumem"],
+        allocs = [a.strip() for a in args.allocators.split(",") if a.strip()]
+        for line in run_children(__file__, allocs * 2,
                                  ["--iters", str(args.iters), "--sizes", args.sizes]):
             print(json.dumps(line), flush=True)
             rows.setdefault(line["allocator"], []).append(line["ns_per_empty_del_median_of_5"])
     except RuntimeError as e:
         print(e, file=sys.stderr)
         return 1
-    print(f"\n{'size (B)':>12}{'native ns':>22}{'gpumem ns':>22}")
+    print(f"\n{'size (B)':>12}" + "".join(f"{a[:20] + ' ns':>24}" for a in rows))
     for s in sizes:
-        n = " / ".join(f"{r[str(s)]:.0f}" for r in rows["native"])
-        g = " / ".join(f"{r[str(s)]:.0f}" for r in rows["gpumem"])
-        print(f"{s:>12}{n:>22}{g:>22}")
+        print(f"{s:>12}" + "".join(f"{' / '.join(f'{x[str(s)]:.0f}' for x in r):>24}" for r in rows.values()))
     return 0
 
 

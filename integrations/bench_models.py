@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from fresh_runs import gpumem_options
+from fresh_runs import PEERS, child_env, gpumem_options, use_torch_allocator
 
 MODELS = ["resnet50_train", "gpt2_train", "bert_infer", "llama_generate", "cupy_ops"]
 DEFAULT_STEPS = {"resnet50_train": 20, "gpt2_train": 20, "bert_infer": 40, "llama_generate": 16,
@@ -43,8 +43,6 @@ WARM_STEPS = {"resnet50_train": 3, "gpt2_train": 10, "bert_infer": 5, "llama_gen
 RTOL = {"resnet50_train": 5e-2, "gpt2_train": 5e-2, "bert_infer": 1e-2, "llama_generate": 0.0,
         "cupy_ops": 1e-5}
 CHILD_TIMEOUT_S = 120
-PEERS = ["native-async", "pluggable-async"]
-PROBE_LIB = "libgpumem_pluggable_probe.so"
 
 
 # ------------------------------------------------------------------------------------------ child
@@ -85,6 +83,9 @@ def _seed(torch, seed=1234):
     torch.backends.cudnn.deterministic = True
 
 
+RESNET_BATCH = int(os.environ.get("GPUMEM_RESNET_BATCH", "32"))
+
+
 def run_resnet50_train(torch, steps):
     import torchvision
     _seed(torch)
@@ -93,8 +94,8 @@ def run_resnet50_train(torch, steps):
     gen = torch.Generator().manual_seed(7)
     times, values = [], []
     for _ in range(steps):
-        x = torch.randn(32, 3, 224, 224, generator=gen).cuda(non_blocking=False)
-        y = torch.randint(0, 1000, (32,), generator=gen).cuda()
+        x = torch.randn(RESNET_BATCH, 3, 224, 224, generator=gen).cuda(non_blocking=False)
+        y = torch.randint(0, 1000, (RESNET_BATCH,), generator=gen).cuda()
 
         def step():
             opt.zero_grad(set_to_none=True)
@@ -237,17 +238,11 @@ def child(model, alloc, steps, out_path):
         result.update(peak_allocated_bytes=pu, peak_reserved_bytes=pr,
                       device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
     else:
+        use_torch_allocator(alloc)  # first thing: before any CUDA allocation
         if is_gpumem:
             import gpumem
             import gpumem.torch
-            gpumem.torch.use(**gpumem_options(alloc))   # first thing: before any CUDA allocation
             _granule_probe = gpumem.stats
-        elif alloc == "pluggable-async":
-            import torch
-            from gpumem import _lib
-            probe = os.path.join(os.path.dirname(_lib.library_path()), PROBE_LIB)
-            torch.cuda.memory.change_current_allocator(
-                torch.cuda.memory.CUDAPluggableAllocator(probe, "probe_alloc", "probe_free"))
         import torch
         fn = globals()["run_" + model]
         times, values = fn(torch, steps)
@@ -277,12 +272,9 @@ def run_one(model, alloc, steps):
         path = tmp.name
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, "--alloc", alloc,
            "--steps", str(steps), "--out", path]
-    env = dict(os.environ)
-    if alloc == "native-async":  # read when PyTorch sets up its allocator: before the child starts
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=env)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=child_env(alloc))
         rc, err = r.returncode, r.stderr
     except subprocess.TimeoutExpired as e:
         rc, err = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -357,9 +349,13 @@ def main():
                          "step times drift by several %% between runs, so one run each can mislead")
     ap.add_argument("--peers", default="",
                     help="comma-separated allocators that are not gpumem, also compared with native: " + ",".join(PEERS))
+    ap.add_argument("--resnet-batch", type=int, default=RESNET_BATCH,
+                    help="ResNet-50's batch (32: steps bound by the host's kernel launches on the H200; "
+                         "128 and up: by the GPU)")
     ap.add_argument("--alloc", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    os.environ["GPUMEM_RESNET_BATCH"] = str(args.resnet_batch)  # the children read it
     if args.child:
         child(args.child, args.alloc, args.steps, args.out)
         return 0

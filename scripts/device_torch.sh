@@ -9,6 +9,7 @@
 # Env: GPUMEM_DIST (default .carry/torch), MODELS (default all), STEPS (default per model),
 #      VARIANTS (more gpumem runs with pool options, e.g. "idle_budget=0.1;idle_budget=0.25"),
 #      REPEAT (runs per allocator, interleaved), PEERS (e.g. "native-async,pluggable-async"),
+#      RESNET_BATCH (ResNet-50's batch, default 32),
 #      SKIP_BENCH=1 (smoke only), SKIP_SMOKE=1 (models only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +56,7 @@ if [[ -z "${SKIP_BENCH:-}" ]]; then
   [[ -n "${VARIANTS:-}" ]] && args+=(--variants "$VARIANTS")
   [[ -n "${REPEAT:-}" ]] && args+=(--repeat "$REPEAT")
   [[ -n "${PEERS:-}" ]] && args+=(--peers "$PEERS")
+  [[ -n "${RESNET_BATCH:-}" ]] && args+=(--resnet-batch "$RESNET_BATCH")
   timeout ${BENCH_TIMEOUT:-540} $PY integrations/bench_models.py "${args[@]}" >"$OUT/bench_models.log" 2>"$OUT/bench_models.stderr"
   bench_rc=$?
   grep '^{' "$OUT/bench_models.log" >"$OUT/bench_models.jsonl" || true
