@@ -6,7 +6,9 @@
 #   here:   cmake --build build-carry; copy gpumem, libgpumem.a, gpumem_gpu_tests, traces to
 #           .carry/gpu (and the previous gpumem as .carry/gpu/gpumem-base); the two .so to .carry/torch
 #   device: run(command="bash scripts/device_handles.sh", carry=[".carry/gpu", ".carry/torch"])
-# Env: SKIP_TESTS=1, SKIP_TORCH=1, MODELS (default resnet50_train), REPEAT (default 2), VARIANTS.
+# Env: SKIP_TESTS=1, SKIP_TORCH=1, MODELS (default resnet50_train), REPEAT (default 2), VARIANTS,
+#      RESNET_BATCH, BINS (default "gpumem-base gpumem"), PATTERNS (default "churn replay"),
+#      ALLOC_LOOP=1 (bench_alloc_loop.py with native, gpumem and the two cudaMallocAsync peers).
 set -u
 cd "$(dirname "$0")/.."
 D=.carry/gpu
@@ -19,10 +21,10 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   echo "gpu tests rc=$?" >> "$W/gpu_tests.log"
 fi
 
-for bin in gpumem-base gpumem; do
+for bin in ${BINS:-gpumem-base gpumem}; do
   [[ -x "$D/$bin" ]] || continue
   for policy in "" --grow-before-reclaim; do
-    for pattern in churn replay; do
+    for pattern in ${PATTERNS:-churn replay}; do
       timeout 100 "$D/$bin" bench $pattern --allocator gpumem-gpu --reps 3 --traces "$D/traces" $policy --json \
         2>> "$W/bench.err" | sed "s/\"allocator\":\"gpumem-gpu\"/\"allocator\":\"$bin${policy:++grow}\"/" >> "$W/speed.jsonl"
     done
@@ -32,6 +34,11 @@ for bin in gpumem-base gpumem; do
   done
 done
 
+if [[ -n "${ALLOC_LOOP:-}" ]]; then
+  GPUMEM_LIB="$PWD/.carry/torch/libgpumem_torch.so" PYTHONPATH="$PWD/integrations/python" timeout 200 \
+    python3 integrations/bench_alloc_loop.py --allocators native,gpumem,native-async,pluggable-async > "$W/alloc_loop.txt" 2>&1
+fi
+
 if [[ -z "${SKIP_TORCH:-}" ]]; then
   OUT="$W/torch" MODELS=${MODELS:-resnet50_train} REPEAT=${REPEAT:-2} VARIANTS=${VARIANTS:-grow_before_reclaim=1} \
     PEERS=${PEERS:-native-async,pluggable-async} SKIP_SMOKE=1 timeout ${TORCH_TIMEOUT:-360} bash scripts/device_torch.sh > "$W/torch.txt" 2>&1
@@ -39,10 +46,11 @@ fi
 
 tar czf "$FINAL/handles.tgz" -C "$W" .
 [[ -f "$W/gpu_tests.log" ]] && { echo "== GPU tests"; grep -E "PASSED|FAILED|rc=" "$W/gpu_tests.log" | tail -6; }
-echo "== speed (ns/op)"
-grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"ns_per_op":[0-9.]*' "$W/speed.jsonl" \
+echo "== speed (ns/op, ns/pair, Mops/s)"
+grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"\(ns_per_op\|ns_per_pair\|mops_per_s\)":[0-9.]*' "$W/speed.jsonl" \
   | sed 's/"device":"[^"]*",//; s/"//g; s/pattern://; s/allocator://'
 echo "== replay on the GPU pool: frag, ns/op, maps, upstream calls"
 sed -E 's/\{.*"fragmentation":([0-9.]+).*"maps":([0-9]+).*"ns_per_op":([0-9.]+).*"upstream_calls":([0-9]+).*/frag \1 maps \2 ns \3 up \4/' "$W/replay.txt"
 tail -3 "$W/bench.err"
+tail -8 "$W/alloc_loop.txt" 2>/dev/null
 tail -14 "$W/torch.txt" 2>/dev/null
