@@ -7,7 +7,7 @@
 //           stream c>>6), 3-4 free (live[a % n] on stream b%4), 5 record_use, 6 complete(stream a%4),
 //   7 trim (a % 4 == 0) or toggle fail_every (a % 4 == 1).
 // The first byte picks the configuration: virtual or segments, slabs or none, release threshold 0,
-// capacity, idle budget.
+// capacity, idle budget, grow first, 8 MiB physical handles.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -23,6 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (cfg & 2) po.small_max_bytes = 0;
   if (cfg & 4) po.release_threshold_bytes = 0;
   if (cfg & 16) po.idle_budget = 0.5;  // keeps idle granules mapped; gives way when the device is full
+  if (cfg & 32) po.grow_before_reclaim = true;  // (with 32 MiB handles, by policy)
+  if (cfg & 64) po.max_handle_bytes = std::size_t{8} << 20;  // handles of 4 granules, moved whole
   const std::size_t capacity = (cfg & 8) ? (std::size_t{16} << 20) : (std::size_t{256} << 20);
   test::sim_pool_rig r(sim_options{.capacity_bytes = capacity, .virtual_memory = (cfg & 1) != 0}, po);
   stream_ref streams[4];
