@@ -97,6 +97,7 @@ struct pool::impl {
   const std::uint64_t id;
   const bool bins_enabled;
   const bool zero_on_free;
+  const bool grow_first;  // grow_before_reclaim: see cache_budget, pop_fit, give_back_fitting
   std::atomic<std::size_t> front_count{0};
 
   alignas(64) mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
@@ -121,6 +122,7 @@ struct pool::impl {
         id(next_pool_id.fetch_add(1)),
         bins_enabled(op.front_cache),
         zero_on_free(op.zero_on_free),
+        grow_first(op.grow_before_reclaim),
         clock(o),
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
@@ -129,12 +131,15 @@ struct pool::impl {
         slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));
+    if (!(op.front_cache_grow_fraction >= 0.0 && op.front_cache_grow_fraction <= 1e3))
+      throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_grow_fraction {} is not a fraction >= 0",
+                                              op.front_cache_grow_fraction));
     if (op.zero_on_free && !u.can_zero())
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));
     // Without per-thread caches every thread shares one front (and its table of live blocks).
     if (!bins_enabled) {
-      fronts.push_back(std::make_unique<detail::front_cache>());
+      fronts.push_back(std::make_unique<detail::front_cache>(grow_first));
       front_count = 1;
     }
     std::lock_guard lock(live_pools_mutex);
@@ -166,7 +171,7 @@ struct pool::impl {
         orphans.pop_back();
       } else {
         if (fronts.size() == 1) start_sharing();
-        fronts.push_back(std::make_unique<detail::front_cache>());
+        fronts.push_back(std::make_unique<detail::front_cache>(grow_first));
         fc = fronts.back().get();
         front_count.fetch_add(1, std::memory_order_relaxed);
       }
@@ -298,6 +303,28 @@ struct pool::impl {
     }
   }
 
+  // The most bytes stream `sb` of front cache `fc` may hold when block `r` comes in (nullptr: slots
+  // from the stream's slabs, for fill_bin); front_cache::push checks it before the block is added. By default
+  // front_cache_bytes. Growing first, large blocks are what the front cache must keep to spare the
+  // pool's lock (the arena's best fit costs about a µs a request and a free), so arena blocks may
+  // fill front_cache_grow_fraction of the thread's live bytes, this block included — past that
+  // share a block would add a whole block of memory the pool holds — or front_cache_bytes if that
+  // is more; slots may fill front_cache_bytes plus the share, so arena blocks never crowd them out
+  // (every small free would then take the pool's lock). Below front_cache_bytes every block is
+  // welcome either way: the share is worked out only past it, off the common path.
+  std::size_t cache_budget(const detail::front_cache& fc, const detail::stream_bins& sb,
+                           const detail::block_rec* r) const {
+    if (grow_first && sb.cached_bytes >= opts.front_cache_bytes) [[unlikely]]
+      return grown_budget(fc, r);
+    return opts.front_cache_bytes;
+  }
+  [[gnu::noinline]] std::size_t grown_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
+    const std::size_t fixed = opts.front_cache_bytes;
+    const auto share = static_cast<std::size_t>(static_cast<double>(fc.live_bytes) * opts.front_cache_grow_fraction);
+    if (!r || r->sl) return share > SIZE_MAX - fixed ? SIZE_MAX : fixed + share;
+    return std::max(fixed, share > r->block_bytes ? share - r->block_bytes + 1 : 0);
+  }
+
   // --- The front tier's exchanges with its stream's slabs (under the front cache's lock and one
   // shard lock; never the pool's lock, so threads on different streams do not meet). -------------
 
@@ -308,7 +335,7 @@ struct pool::impl {
   std::uint32_t fill_bin(detail::front_cache& fc, detail::stream_bins& sb, std::size_t b, std::size_t size,
                          std::uint32_t n, std::size_t extra) {
     detail::bin& x = sb.bin_at(b);
-    const std::size_t budget = opts.front_cache_bytes;
+    const std::size_t budget = cache_budget(fc, sb, nullptr);
     const std::size_t room = (sb.cached_bytes < budget ? (budget - sb.cached_bytes) / size : 0) + extra;
     n = static_cast<std::uint32_t>(std::min<std::size_t>({n, x.limit - x.count, room}));
     if (!n) return 0;
@@ -332,9 +359,17 @@ struct pool::impl {
     return k;
   }
 
+  // pop found nothing in bin `b`: a small class refills from the stream's slabs; a large request
+  // growing first may take a somewhat larger cached block (front_cache::pop_fit). One call out of
+  // the common path for both, which keeps that path's code as small as it was with refill alone.
+  [[gnu::noinline]] std::uint32_t front_miss(detail::front_cache& fc, detail::stream_bins& sb, std::size_t b,
+                                             std::size_t size, std::size_t alignment, bool small) {
+    if (small) return sb.shard ? refill(fc, sb, b, size) : detail::front_cache::none;
+    return grow_first ? fc.pop_fit(sb, b, size, alignment) : detail::front_cache::none;
+  }
+
   // A miss in bin `b` of a small class: a batch of the stream's free slots, one of them handed out.
-  [[gnu::noinline]] std::uint32_t refill(detail::front_cache& fc, detail::stream_bins& sb, std::size_t b,
-                                         std::size_t size) {
+  std::uint32_t refill(detail::front_cache& fc, detail::stream_bins& sb, std::size_t b, std::size_t size) {
     detail::bin& x = sb.bin_at(b);
     if (!fill_bin(fc, sb, b, size, std::max<std::uint32_t>(1, x.limit / 2), 1)) return detail::front_cache::none;
     sb.cached_bytes -= size;
@@ -369,7 +404,8 @@ struct pool::impl {
     {
       std::lock_guard g(sb.shard->m);
       if (x.count >= x.limit) trim_bin(fc, sb, x, x.limit / 2);
-      if (sb.cached_bytes >= opts.front_cache_bytes) {
+      const std::size_t budget = cache_budget(fc, sb, &r);
+      if (sb.cached_bytes >= budget) {
         // Over budget: every bin gives back half its slots. Arena blocks cannot go this way; when
         // they are what fills the budget, the next frees skip the sweep for a while (each of them
         // goes to the pool's lock anyway) instead of sweeping in vain every time.
@@ -377,11 +413,11 @@ struct pool::impl {
           --sb.sweep_backoff;
         } else {
           for (auto& y : sb.bins) trim_bin(fc, sb, y, y.count / 2);
-          if (sb.cached_bytes >= opts.front_cache_bytes) sb.sweep_backoff = 64;
+          if (sb.cached_bytes >= budget) sb.sweep_backoff = 64;
         }
       }
     }
-    return detail::front_cache::push(sb, r, i, opts.front_cache_bytes);
+    return detail::front_cache::push(sb, r, i, cache_budget(fc, sb, &r));
   }
 
   [[gnu::noinline]] void* allocate_slow(const detail::live_entry& entry, std::size_t alignment, bool small, bool tried);
@@ -422,6 +458,28 @@ struct pool::impl {
     }
   }
 
+  // Under m: the smallest arena block of the lowest class where front cache `f` keeps one for
+  // stream `s` that holds `size` bytes goes back to the arena, as freed on `s`. False if none.
+  bool give_back_fitting(detail::front_cache& f, stream_ref s, std::size_t size) {
+    detail::front_guard flock(f.lock, true);
+    detail::stream_bins& sb = f.bins_for(s);
+    for (std::size_t b = detail::bin_of(size); b < sb.bins.size(); ++b) {
+      detail::bin& x = sb.bins[b];
+      std::uint32_t best = x.count;  // position in x.items
+      for (std::uint32_t k = 0; k < x.count; ++k) {
+        const detail::block_rec& r = f.recs[x.items[k]];
+        if (!r.sl && r.block_bytes >= size && (best == x.count || r.block_bytes < f.recs[x.items[best]].block_bytes))
+          best = k;
+      }
+      if (best == x.count) continue;
+      const std::uint32_t i = f.take_at(sb, x, best);
+      arena.deallocate(f.recs[i].addr, s);
+      f.forget(i);
+      return true;
+    }
+    return false;
+  }
+
   // `own`: the caller's front cache, if it has one of its own.
   std::uintptr_t take(std::size_t bytes, std::size_t alignment, stream_ref s, detail::slab*& sl, std::string& why,
                       detail::front_cache* own) {
@@ -437,7 +495,12 @@ struct pool::impl {
     // hold — caching never makes the pool grow — and only then grow; or, with
     // grow_before_reclaim, grow at once and give back only when growing fails.
     std::uintptr_t a = attempt(false);
-    if (!a && opts.grow_before_reclaim) a = attempt(true);
+    if (!a && grow_first) {
+      // Before new memory: a large enough block the caller's front cache keeps for this stream,
+      // from which the arena carves the request (the rest stays free for any size).
+      if (!small && own && give_back_fitting(*own, s, size)) a = attempt(false);
+      if (!a) a = attempt(true);
+    }
     if (!a) a = reclaim(own, attempt);
     if (!a) {
       release_all_cached();  // last resort
@@ -594,9 +657,10 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
     fc.lock.owner_lock();
     detail::stream_bins& sb = fc.bins_for(s);
     std::uint32_t i = fc.pop(sb, b, size, alignment);
-    if (i == detail::front_cache::none && small && sb.shard) i = p.refill(fc, sb, b, size);
+    if (i == detail::front_cache::none) i = p.front_miss(fc, sb, b, size, alignment, small);
     if (i != detail::front_cache::none) [[likely]] {
       // block_bytes == size: a cached arena block may serve a small request of its class's size.
+      // (pop_fit's blocks may be larger: a large request growing first.)
       detail::block_rec& r = fc.recs[i];
       r.bytes = bytes;
       r.stream = s;
@@ -634,7 +698,7 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
     detail::front_guard flock(fc.lock, true);
     detail::stream_bins& sb = fc.bins_for(s);
     std::uint32_t i = fc.pop(sb, b, size, alignment);
-    if (i == detail::front_cache::none && small && sb.shard) i = refill(fc, sb, b, size);
+    if (i == detail::front_cache::none) i = front_miss(fc, sb, b, size, alignment, small);
     if (i != detail::front_cache::none) {
       ++fc.hits;
       return hand_out(i);
@@ -686,7 +750,8 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
         fc.live_bytes -= bytes;
         p.account(fc, -static_cast<std::ptrdiff_t>(bytes));
         detail::stream_bins& sb = fc.bins_for(s);
-        if (detail::front_cache::push(sb, r, i, p.opts.front_cache_bytes) || p.cache_freed(fc, sb, i)) [[likely]] {
+        const std::size_t budget = p.cache_budget(fc, sb, &r);
+        if (detail::front_cache::push(sb, r, i, budget) || p.cache_freed(fc, sb, i)) [[likely]] {
           ++fc.fast_frees;
           fc.lock.owner_unlock();
           return;
@@ -754,7 +819,8 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
         if (p.bins_enabled && !e.used_elsewhere) {
           r->state = detail::rec_cached;
           detail::stream_bins& sb = fc.bins_for(s);
-          if (detail::front_cache::push(sb, *r, i, p.opts.front_cache_bytes) || p.cache_freed(fc, sb, i)) {
+          const std::size_t budget = p.cache_budget(fc, sb, r);
+          if (detail::front_cache::push(sb, *r, i, budget) || p.cache_freed(fc, sb, i)) {
             ++fc.fast_frees;
             return;
           }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/front_cache.hpp"
 #include "core/size_class.hpp"
 
 #include <algorithm>
@@ -133,6 +134,7 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
     throw model_error(fmt::format("{:#x} ({} B) breaks its alignment {}", a, bytes, honoured));
   if (dev_ && !dev_->is_mapped(ptr, bytes))
     throw model_error(fmt::format("{:#x} ({} B) is not mapped on the device", a, bytes));
+  const std::size_t block = block_bytes_ ? block_bytes_(ptr, bytes, alignment) : 0;
   std::lock_guard lock(m_);
   // No overlap with live blocks: the neighbour below must end before a, the one above start after.
   auto next = live_.lower_bound(a);
@@ -144,7 +146,7 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
       throw model_error(fmt::format("{:#x} ({} B) overlaps live block {:#x} ({} B)", a, bytes, prev->first, prev->second.bytes));
   }
   // Stream safety: every freed range under [a, a+bytes) must be safe for `s`; then it is consumed.
-  const std::uintptr_t end = a + (footprint_ ? std::max(bytes, footprint_(bytes, alignment)) : bytes);
+  const std::uintptr_t end = a + std::max(footprint_ ? std::max(bytes, footprint_(bytes, alignment)) : bytes, block);
   auto f = freed_.upper_bound(a);
   if (f != freed_.begin() && std::prev(f)->second.end > a) --f;
   std::vector<std::pair<std::uintptr_t, freed>> keep;  // pieces outside [a, end)
@@ -307,6 +309,20 @@ sim_pool_rig::sim_pool_rig(const sim_options& so, const pool_options& po)
       model(std::make_unique<pool_model>(p.get(), dev.get(), spy.get())) {
   up->watch(model.get());
   model->set_footprint(pool_footprint(po));
+  if (po.grow_before_reclaim) {
+    // A large request may get a cached block up to front_cache::fit_up_classes classes above its
+    // own; the pool's block map says which. (A slot may serve a request that is not small, at its
+    // class's size: a block starting there larger than that is its slab.)
+    const std::size_t small_max = std::min(po.small_max_bytes, std::size_t{1} << 20);
+    model->set_block_bytes([q = p.get(), small_max](const void* ptr, std::size_t bytes, std::size_t alignment) {
+      if (bytes <= small_max && alignment <= detail::class_unit) return std::size_t{0};
+      const std::size_t most = detail::size_class_bytes(detail::size_class_of(align_up(bytes, default_alignment)) +
+                                                        detail::front_cache::fit_up_classes);
+      for (const block_info& b : q->blocks())
+        if (b.address == reinterpret_cast<std::uintptr_t>(ptr)) return b.bytes <= most ? b.bytes : std::size_t{0};
+      return std::size_t{0};
+    });
+  }
 }
 
 void* sim_pool_rig::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {

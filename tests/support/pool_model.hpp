@@ -118,6 +118,12 @@ class pool_model {
   // the pool hands out whole blocks, and after a legitimate handout the padding belongs to the new
   // owner too. Default: exactly the request.
   void set_footprint(std::function<std::size_t(std::size_t bytes, std::size_t alignment)> f) { footprint_ = std::move(f); }
+  // Where the pool may hand out more than the footprint (growing first, a large request may get a
+  // larger cached block: src/core/front_cache.hpp, pop_fit): the size of the block at `ptr`, or 0
+  // where the footprint stands. Asked before the model's lock is taken: it may ask the pool.
+  void set_block_bytes(std::function<std::size_t(const void* ptr, std::size_t bytes, std::size_t alignment)> f) {
+    block_bytes_ = std::move(f);
+  }
   void on_allocate(const void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s);
   void on_record_use(const void* ptr, stream_ref s);
   // Returns the block's shadow (bytes etc.). Throws model_error if `ptr` is not live in the model.
@@ -150,6 +156,7 @@ class pool_model {
   std::size_t live_bytes_ = 0;
   std::size_t min_alignment_ = default_alignment;
   std::function<std::size_t(std::size_t, std::size_t)> footprint_;
+  std::function<std::size_t(const void*, std::size_t, std::size_t)> block_bytes_;
   std::vector<std::string> violations_;
 };
 
