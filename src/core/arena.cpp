@@ -465,10 +465,7 @@ void arena::unmap_run(std::size_t g0, std::size_t g1) {
   up_.unmap(reinterpret_cast<void*>(granule_addr(g0)), (g1 - g0) * granule_);
   ++unmap_calls_;
   for (std::size_t g = g0; g < g1; ++g) {
-    if (handle_head_[g] == 0) {
-      spares_.push_back({granule_handle_[g], handle_granules_[g]});
-      spare_granules_ += handle_granules_[g];
-    }
+    if (handle_head_[g] == 0) add_spare({granule_handle_[g], handle_granules_[g]});
     granule_handle_[g] = physical_handle{0};
     handle_head_[g] = handle_granules_[g] = 0;
     idle_.erase(g);
@@ -525,6 +522,11 @@ std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t ke
   return g1 - g0;
 }
 
+void arena::add_spare(const piece& p) {
+  spares_.push_back(p);
+  spare_granules_ += p.granules;
+}
+
 void arena::release_spare(std::size_t i) {
   up_.release_physical(spares_[i].h, spares_[i].granules * granule_);
   spare_granules_ -= spares_[i].granules;
@@ -567,10 +569,7 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
   std::size_t have = 0, most_new = max_handle_granules_;
   const std::size_t first = got.size();
   auto fail = [&](std::string text) {
-    for (std::size_t i = first; i < got.size(); ++i) {
-      spares_.push_back(got[i]);
-      spare_granules_ += got[i].granules;
-    }
+    for (std::size_t i = first; i < got.size(); ++i) add_spare(got[i]);
     got.resize(first);
     set_why(why, std::move(text));
     return false;
@@ -650,10 +649,7 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::stri
   for (auto& r : runs) {
     r.first_piece = got.size();
     if (!take_physical(r.count, g_lo, g_hi, may_grow, got, why)) {
-      for (const auto& p : got) {
-        spares_.push_back(p);
-        spare_granules_ += p.granules;
-      }
+      for (const auto& p : got) add_spare(p);
       return false;
     }
   }
@@ -663,10 +659,7 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::stri
     try {
       map_pieces(runs[i].g0, got.data() + runs[i].first_piece, end - runs[i].first_piece, done);
     } catch (...) {
-      for (std::size_t k = runs[i].first_piece + done; k < got.size(); ++k) {
-        spares_.push_back(got[k]);
-        spare_granules_ += got[k].granules;
-      }
+      for (std::size_t k = runs[i].first_piece + done; k < got.size(); ++k) add_spare(got[k]);
       throw;
     }
   }

@@ -175,7 +175,8 @@ class arena {
   void map_pieces(std::size_t g0, const piece* pieces, std::size_t count, std::size_t& done);
   // Unmaps [g0, g1) — whole handles — and keeps their handles as spares.
   void unmap_run(std::size_t g0, std::size_t g1);
-  void release_spare(std::size_t i);
+  void add_spare(const piece& p);     // a handle not mapped, kept; spare_granules_ follows
+  void release_spare(std::size_t i);  // spare `i` back to the upstream
   // [a, e) — inside one ready block of the other kind — becomes mapped (or unmapped) ready memory.
   void set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped);
   void run_add(std::uintptr_t a, std::size_t n);     // [a, a + n) became free (owned or ready)
