@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     if (all || pattern == "pair") emit(bench_pair(fresh(), cfg));
     if (all || pattern == "churn") emit(bench_churn(fresh(), cfg));
     if (all || pattern == "threads") emit(bench_threads(fresh(), cfg));
-    if (all || pattern == "replay") emit(bench_replay(fresh(), traces, cfg));
+    if (all || pattern == "replay") emit(bench_replay(fresh, traces, cfg));
     return failed ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_torch_peer: %s\n", e.what());

@@ -202,7 +202,7 @@ const char* bench_result::unit_key() const {
 std::string bench_result::param() const {
   if (pattern == "pair") return size_text(size_bytes);
   if (pattern == "threads") return std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-  if (pattern == "replay") return trace;
+  if (pattern == "replay" || pattern == "replay-warm") return trace;
   return "";
 }
 
@@ -350,10 +350,18 @@ std::vector<bench_result> bench_threads(bench_allocator& a, const bench_config& 
 
 namespace {
 
+// One cold and one warm figure of a trace on one allocator, ns per op: the first pass on a fresh
+// allocator (growing from nothing: driver calls included) and a second pass right after it (the
+// memory already reserved: what a job's later steps pay).
+struct replay_pair_ns {
+  double cold = 0, warm = 0;
+  std::uint64_t ops = 0;  // in one pass
+};
+
 // The generic replay loop for allocators gpumem::replay does not know (the GPU ones): the same
-// shape as src/core/replay.cpp — slots and streams resolved before the clock starts.
-double replay_generic(bench_allocator& a, const trace& t, const bench_config& c, int& reps,
-                      std::uint64_t& ops) {
+// shape as src/core/replay.cpp — slots and streams resolved before the clock starts; what a pass
+// leaves live is freed before the next one, outside the clock.
+replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
   const std::size_t total = t.records.size();
   std::vector<stream_ref> stream_of(total, 0);
   std::unordered_map<std::uint64_t, stream_ref> streams;  // the trace's stream -> ours; 0 -> 0
@@ -375,8 +383,8 @@ double replay_generic(bench_allocator& a, const trace& t, const bench_config& c,
   const std::vector<std::uint32_t>& slot_of = resolved.slot_of;
   const std::uint32_t slots = resolved.count;
   struct slot { void* p = nullptr; std::size_t bytes = 0; stream_ref s = 0; };
-  std::vector<double> samples;
-  for (int r = 0; r < c.reps; ++r) {
+  replay_pair_ns out;
+  for (double* figure : {&out.cold, &out.warm}) {
     std::vector<slot> live(slots);
     std::uint64_t n = 0;
     std::exception_ptr failure;
@@ -402,12 +410,29 @@ double replay_generic(bench_allocator& a, const trace& t, const bench_config& c,
       if (b.p) a.free(b.p, b.bytes, b.s);
     a.synchronize();
     if (failure) std::rethrow_exception(failure);
-    samples.push_back(n ? ns / double(n) : 0);
-    ops = n;
-    if (ns > c.replay_max_run_s * 1e9) break;
+    *figure = n ? ns / double(n) : 0;
+    out.ops = n;
   }
-  reps = static_cast<int>(samples.size());
-  return median(std::move(samples));
+  return out;
+}
+
+// gpumem's pools through gpumem::replay (a fresh pool per call): two passes, split by the
+// soak log's clock. The second pass's time also holds freeing what the first left live.
+replay_pair_ns replay_gpumem(bench_allocator& a, const trace& t, const std::string& resource) {
+  replay_options o;
+  o.resource = resource;
+  o.capacity_bytes = std::size_t{1} << 40;
+  o.pool = a.gpumem_pool_options();
+  o.passes = 2;
+  const replay_result rr = replay(t, o);
+  if (rr.failed_allocs) throw std::runtime_error("replay: allocations failed");
+  if (rr.pass_log.size() != 2) throw std::logic_error("replay: expected a log of two passes");
+  replay_pair_ns out;
+  out.ops = rr.ops / 2;
+  if (!out.ops) return out;
+  out.cold = rr.pass_log[0].seconds * 1e9 / double(out.ops);
+  out.warm = (rr.pass_log[1].seconds - rr.pass_log[0].seconds) * 1e9 / double(out.ops);
+  return out;
 }
 
 std::string file_name(const std::string& path) {
@@ -417,35 +442,32 @@ std::string file_name(const std::string& path) {
 
 }  // namespace
 
-std::vector<bench_result> bench_replay(bench_allocator& a, const std::vector<trace>& traces,
-                                       const bench_config& c) {
+std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& fresh,
+                                       const std::vector<trace>& traces, const bench_config& c) {
   std::vector<bench_result> out;
   for (const trace& t : traces) {
-    bench_result r = base(a, "replay");
-    r.trace = file_name(t.name);
+    bench_allocator& first = fresh();
+    bench_result cold = base(first, "replay"), warm = base(first, "replay-warm");
+    cold.trace = warm.trace = file_name(t.name);
     try {
-      if (const std::string res = a.replay_resource(); !res.empty()) {
-        replay_options o;
-        o.resource = res;
-        o.capacity_bytes = std::size_t{1} << 40;
-        o.pool = a.gpumem_pool_options();
-        std::vector<double> samples;
-        for (int rep = 0; rep < c.reps; ++rep) {
-          const replay_result rr = replay(t, o);
-          samples.push_back(rr.ns_per_op);
-          r.ops = rr.ops;
-          if (rr.failed_allocs) throw std::runtime_error("replay: allocations failed");
-          if (rr.ns_per_op * double(rr.ops) > c.replay_max_run_s * 1e9) break;
-        }
-        r.reps = static_cast<int>(samples.size());
-        r.value = median(std::move(samples));
-      } else {
-        r.value = replay_generic(a, t, c, r.reps, r.ops);
+      std::vector<double> colds, warms;
+      for (int rep = 0; rep < c.reps; ++rep) {
+        bench_allocator& a = rep ? fresh() : first;
+        const std::string res = a.replay_resource();
+        const replay_pair_ns ns = res.empty() ? replay_generic(a, t) : replay_gpumem(a, t, res);
+        colds.push_back(ns.cold);
+        warms.push_back(ns.warm);
+        cold.ops = warm.ops = ns.ops;
+        if ((ns.cold + ns.warm) * double(ns.ops) > c.replay_max_run_s * 1e9) break;
       }
+      cold.reps = warm.reps = static_cast<int>(colds.size());
+      cold.value = median(std::move(colds));
+      warm.value = median(std::move(warms));
     } catch (const std::exception& e) {
-      r.error = e.what();
+      cold.error = warm.error = e.what();
     }
-    out.push_back(std::move(r));
+    out.push_back(std::move(cold));
+    out.push_back(std::move(warm));
   }
   return out;
 }
@@ -456,7 +478,7 @@ std::string to_json_line(const bench_result& r) {
                   ",\"device\":" + json_string(r.device);
   if (r.pattern == "pair") j += ",\"size_bytes\":" + std::to_string(r.size_bytes);
   if (r.pattern == "threads") j += ",\"threads\":" + std::to_string(r.threads);
-  if (r.pattern == "replay") j += ",\"trace\":" + json_string(r.trace);
+  if (r.pattern == "replay" || r.pattern == "replay-warm") j += ",\"trace\":" + json_string(r.trace);
   if (r.error.empty()) {
     j += ",\"" + std::string(r.unit_key()) + "\":" + json_number(r.value);
   } else {

@@ -12,6 +12,7 @@
 // `reps` timed runs. Plain C++ only (see bench_allocators.hpp).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@ struct bench_config {
 };
 
 struct bench_result {
-  std::string pattern;     // pair | churn | threads | replay
+  std::string pattern;     // pair | churn | threads | replay | replay-warm
   std::string allocator;
   std::string device;      // simulated | host | gpu
   bool is_gpumem = false;
@@ -65,8 +66,11 @@ struct bench_result {
 std::vector<bench_result> bench_pair(bench_allocator& a, const bench_config& c);
 std::vector<bench_result> bench_churn(bench_allocator& a, const bench_config& c);
 std::vector<bench_result> bench_threads(bench_allocator& a, const bench_config& c);
-std::vector<bench_result> bench_replay(bench_allocator& a, const std::vector<trace>& traces,
-                                       const bench_config& c);
+// Per trace two rows: `replay`, the first pass on a fresh allocator (every allocator starts
+// empty: `fresh` gives one — a new instance, or PyTorch's cache emptied), and `replay-warm`, a
+// second pass on the same allocator right after. Medians over reps, each rep a fresh allocator.
+std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& fresh,
+                                       const std::vector<trace>& traces, const bench_config& c);
 
 // One JSON object, on one line, without a trailing newline; snake_case keys, units in the names.
 std::string to_json_line(const bench_result& r);
