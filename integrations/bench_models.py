@@ -17,6 +17,8 @@ Models: resnet50_train, gpt2_train, bert_infer, llama_generate, cupy_ops.
 native-async (PyTorch's own cudaMallocAsync backend) and pluggable-async (the same cudaMallocAsync
 behind CUDAPluggableAllocator, libgpumem_pluggable_probe.so): their difference is what the pluggable
 interface itself costs a step, whatever allocator is behind it.
+GPUMEM_TRACE_DIR=DIR: each gpumem run also records every request it served as a trace there
+(DIR/<model>-<allocator>-<pid>.csv, RMM's log CSV), for `gpumem replay` / `doctor` without a GPU.
 Exit status: 0 when every run finished and every comparison matched, 1 otherwise.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -238,6 +241,10 @@ def child(model, alloc, steps, out_path):
         result.update(peak_allocated_bytes=pu, peak_reserved_bytes=pr,
                       device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
     else:
+        if is_gpumem and os.environ.get("GPUMEM_TRACE_DIR"):
+            # Every request of the run, for `gpumem replay` / `doctor` on a machine without a GPU.
+            name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{model}-{alloc}")
+            os.environ["GPUMEM_CONFIG"] = "trace=" + os.path.join(os.environ["GPUMEM_TRACE_DIR"], name + "-{pid}.csv")
         use_torch_allocator(alloc)  # first thing: before any CUDA allocation
         if is_gpumem:
             import gpumem

@@ -99,5 +99,37 @@ r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True
 print(r.stdout.strip(), r.stderr.strip()[-400:])
 check("OOM raises a Python exception", "RAISED" in r.stdout and "AFTER 10" in r.stdout, f"rc={r.returncode}")
 
+# trace=PATH records every request as a trace `gpumem replay` reads: rows written on
+# flush_trace() and the rest at exit; every free names a pointer allocated before it.
+import tempfile  # noqa: E402
+trace_dir = tempfile.mkdtemp()
+child = r'''
+import gpumem, gpumem.torch, os, sys
+gpumem.torch.use(trace=sys.argv[1])
+import torch
+x = torch.empty(1 << 20, device="cuda"); y = torch.empty(3000, device="cuda"); del x
+torch.cuda.synchronize()
+gpumem.flush_trace()
+del y   # written at exit
+print("PID", os.getpid())
+'''
+r = subprocess.run([sys.executable, "-c", child, os.path.join(trace_dir, "smoke-{pid}.csv")], capture_output=True,
+                   text=True, timeout=120, env=dict(os.environ))
+rows, live, bad = [], set(), 0
+try:
+    pid = r.stdout.split("PID")[1].strip()
+    with open(os.path.join(trace_dir, f"smoke-{pid}.csv")) as f:
+        rows = [line.strip().split(",") for line in f][1:]
+except (IndexError, OSError) as ex:
+    print("trace:", ex, r.stderr.strip()[-400:])
+for row in rows:
+    if row[2] == "allocate":
+        live.add(row[3])
+    elif row[2] == "free":
+        bad += row[3] not in live
+        live.discard(row[3])
+check("trace records every request", len(rows) >= 4 and bad == 0 and not live,
+      f"{len(rows)} rows, {bad} frees of unknown pointers, {len(live)} left live")
+
 print("SMOKE", "PASS" if not failures else "FAIL " + ",".join(failures))
 sys.exit(1 if failures else 0)

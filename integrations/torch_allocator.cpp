@@ -7,6 +7,9 @@
 //   GPUMEM_RELEASE_THRESHOLD  pool_options::release_threshold_bytes (bytes; K/M/G/T suffixes; "max")
 //   GPUMEM_MAX_RESERVED       pool_options::max_reserved_bytes
 //   GPUMEM_CONFIG             the same "key=value,..." string gpumem_configure() takes
+// The key trace=PATH (no comma in it; "{pid}" becomes the process id) records every request the
+// entry points serve as a trace in RMM's log CSV — what `gpumem replay`, `doctor` and `report`
+// read — so a job's own allocations can be replayed and diagnosed without a GPU.
 // (The library itself takes options only as a struct; this shared library is a tool-side adaptor,
 // so the environment is read here and nowhere else.)
 //
@@ -41,10 +44,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <filesystem>
+#include <unistd.h>
 
 #include "gpumem/cuda/gpu_pool.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 #include "gpumem/errors.hpp"
+#include "gpumem/trace_adaptor.hpp"
 
 namespace {
 
@@ -83,6 +89,10 @@ struct registry {
   // Pools are created once and never destroyed: PyTorch and CuPy free tensors during interpreter
   // shutdown, after static destructors may have run, and the CUDA runtime may already be gone.
   std::array<std::atomic<gpumem::gpu_pool*>, max_devices> pools{};
+  std::string trace_path;  // trace=PATH: where the first pool's creation opens the trace
+  // The trace of every device's requests; created with the first pool, never destroyed (frees
+  // arrive during shutdown), written out at exit.
+  std::atomic<gpumem::detail::trace_sink*> trace{nullptr};
 };
 
 registry& reg() {
@@ -137,8 +147,9 @@ std::optional<bool> parse_bool(std::string_view text) {
 
 // Applies "key=value,key=value" (or a flat JSON object: {"key": value, ...}) to `o`.
 // Returns an empty string, or what was wrong.
-std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o) {
+std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std::string& trace_path) {
   gpumem::gpu_pool_options next = o;
+  std::string next_trace = trace_path;
   while (!text.empty()) {
     const auto comma = text.find_first_of(",;");
     std::string_view item = text.substr(0, comma);
@@ -184,7 +195,10 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o) {
     else if (key == "front_cache_grow_fraction") err = fraction(next.pool.front_cache_grow_fraction);
     else if (key == "zero_on_free") err = flag(next.pool.zero_on_free);
     else if (key == "grow_before_reclaim") err = flag(next.pool.grow_before_reclaim);
-    else if (key == "upstream") {
+    else if (key == "trace") {
+      next_trace = std::string(value);
+      if (next_trace.empty()) err = "gpumem_configure: trace: a file path is needed";
+    } else if (key == "upstream") {
       const std::string v = lower(value);
       if (v == "vmm") next.upstream = gpumem::gpu_upstream_kind::vmm;
       else if (v == "device") next.upstream = gpumem::gpu_upstream_kind::device;
@@ -196,6 +210,7 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o) {
     if (!err.empty()) return err;
   }
   o = next;
+  trace_path = next_trace;
   return {};
 }
 
@@ -206,7 +221,8 @@ void read_env_once(registry& r) {
   // A malformed variable is ignored rather than fatal (there is no one to tell at this point);
   // gpumem_last_error() says so.
   if (const char* v = std::getenv("GPUMEM_CONFIG")) {
-    if (auto err = apply_config(v, r.options); !err.empty()) last_error = "GPUMEM_CONFIG: " + err;
+    if (auto err = apply_config(v, r.options, r.trace_path); !err.empty())
+      last_error = "GPUMEM_CONFIG: " + err;
   }
   if (const char* v = std::getenv("GPUMEM_RELEASE_THRESHOLD")) {
     if (auto b = parse_bytes(v)) r.options.pool.release_threshold_bytes = *b;
@@ -245,6 +261,23 @@ int current_device() {
   return d;
 }
 
+// Caller holds r.mutex: opens the trace file (throws naming it when it cannot) and writes it out
+// at exit.
+void open_trace(registry& r) {
+  std::string path = r.trace_path;
+  if (const auto at = path.find("{pid}"); at != std::string::npos) path.replace(at, 5, std::to_string(getpid()));
+  auto* sink = new gpumem::detail::trace_sink(std::filesystem::path(path), {});  // never deleted, see registry
+  r.trace.store(sink, std::memory_order_release);
+  std::atexit([] {
+    if (auto* t = reg().trace.load(std::memory_order_acquire)) t->flush();
+  });
+}
+
+void record(gpumem::trace_action a, const void* p, std::size_t bytes, cudaStream_t s) noexcept {
+  if (auto* t = reg().trace.load(std::memory_order_acquire)) [[unlikely]]
+    t->record(a, p, bytes, gpumem::from_cuda_stream(s));
+}
+
 // The pool of `device`, created on first call. Throws what gpu_pool's constructor throws.
 gpumem::gpu_pool& pool_for(int device) {
   if (device < 0) device = current_device();
@@ -254,6 +287,7 @@ gpumem::gpu_pool& pool_for(int device) {
   std::lock_guard lock(r.mutex);
   if (auto* p = r.pools[device].load(std::memory_order_relaxed)) return *p;
   read_env_once(r);
+  if (!r.trace_path.empty() && !r.trace.load(std::memory_order_relaxed)) open_trace(r);
   gpumem::gpu_pool_options o = r.options;
   o.device = device;
   scoped_device guard(device);
@@ -284,8 +318,16 @@ gpumem::stream_ref to_ref(cudaStream_t s) { return gpumem::from_cuda_stream(s); 
 void* allocate(ssize_t size, int device, cudaStream_t stream) {
   if (size <= 0) return nullptr;
   scoped_device guard(device);
-  return pool_for(device).allocate(static_cast<std::size_t>(size), gpumem::default_alignment,
-                                   to_ref(stream));
+  gpumem::gpu_pool& pool = pool_for(device);
+  void* p = nullptr;
+  try {
+    p = pool.allocate(static_cast<std::size_t>(size), gpumem::default_alignment, to_ref(stream));
+  } catch (const gpumem::out_of_memory&) {
+    record(gpumem::trace_action::allocate_failure, nullptr, static_cast<std::size_t>(size), stream);
+    throw;
+  }
+  record(gpumem::trace_action::allocate, p, static_cast<std::size_t>(size), stream);
+  return p;
 }
 
 }  // namespace
@@ -331,6 +373,7 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
     return;
   }
   scoped_device guard(device);
+  record(gpumem::trace_action::free, ptr, static_cast<std::size_t>(size), stream);  // before reuse
   p->deallocate(ptr, static_cast<std::size_t>(size), gpumem::default_alignment, to_ref(stream));
 }
 
@@ -338,7 +381,8 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
 // release_threshold_bytes, max_reserved_bytes, small_max_bytes, min_segment_bytes,
 // address_range_bytes, front_cache_bytes, max_handle_bytes (sizes: bytes, K/M/G/T suffix, or "max"), front_cache,
 // zero_on_free (0/1), grow_before_reclaim (0/1), front_cache_grow_fraction (>= 0), idle_budget (a fraction >= 0; 0.05 here by default, see default_options),
-// upstream (vmm|device|async). Returns 0; -1 if a pool already exists (nothing
+// upstream (vmm|device|async), trace (a file path: every request recorded, see the top of this
+// file). Returns 0; -1 if a pool already exists (nothing
 // changed); -2 if the text is wrong (nothing changed). Details in gpumem_last_error().
 __attribute__((visibility("default"))) int gpumem_configure(const char* config) noexcept {
   try {
@@ -350,7 +394,7 @@ __attribute__((visibility("default"))) int gpumem_configure(const char* config) 
     }
     read_env_once(r);
     if (config == nullptr) return 0;
-    if (auto err = apply_config(config, r.options); !err.empty()) {
+    if (auto err = apply_config(config, r.options, r.trace_path); !err.empty()) {
       last_error = err;
       return -2;
     }
@@ -408,6 +452,18 @@ __attribute__((visibility("default"))) int gpumem_trim(int device) noexcept {
     last_error = e.what();
     return -1;
   }
+}
+
+// Writes out the rows of the trace (configure's trace=PATH) recorded so far; the rest is written
+// at exit. Returns 0, or -1 when no trace is being recorded.
+__attribute__((visibility("default"))) int gpumem_flush_trace() noexcept {
+  auto* t = reg().trace.load(std::memory_order_acquire);
+  if (t == nullptr) {
+    last_error = "gpumem_flush_trace: no trace is being recorded (configure trace=PATH before first use)";
+    return -1;
+  }
+  t->flush();
+  return 0;
 }
 
 // Every device's pool: the shape of PyTorch's reset_fn (torch.cuda.empty_cache()).

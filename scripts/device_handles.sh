@@ -8,7 +8,10 @@
 #   device: run(command="bash scripts/device_handles.sh", carry=[".carry/gpu", ".carry/torch"])
 # Env: SKIP_TESTS=1, SKIP_TORCH=1, MODELS (default resnet50_train), REPEAT (default 2), VARIANTS,
 #      RESNET_BATCH, BINS (default "gpumem-base gpumem"), PATTERNS (default "churn replay"),
-#      ALLOC_LOOP=1 (bench_alloc_loop.py with native, gpumem and the two cudaMallocAsync peers).
+#      ALLOC_LOOP=1 (bench_alloc_loop.py with native, gpumem and the two cudaMallocAsync peers),
+#      PEER_PATTERNS (e.g. "replay": `gpumem bench` for PEER_ALLOCATORS, default cuda-malloc-async
+#      and cub-caching, in one process), TRACE=1 (each gpumem model run records its requests:
+#      torch/traces/ in the tarball), SKIP_SMOKE= (empty: run the smoke check first).
 set -u
 cd "$(dirname "$0")/.."
 D=.carry/gpu
@@ -34,14 +37,23 @@ for bin in ${BINS:-gpumem-base gpumem}; do
   done
 done
 
+if [[ -n "${PEER_PATTERNS:-}" ]]; then
+  for pattern in $PEER_PATTERNS; do
+    timeout 150 "$D/gpumem" bench $pattern --allocator ${PEER_ALLOCATORS:-cuda-malloc-async cub-caching} --reps 3 \
+      --traces "$D/traces" --json 2>> "$W/bench.err" >> "$W/speed.jsonl"
+  done
+fi
+
 if [[ -n "${ALLOC_LOOP:-}" ]]; then
   GPUMEM_LIB="$PWD/.carry/torch/libgpumem_torch.so" PYTHONPATH="$PWD/integrations/python" timeout 200 \
     python3 integrations/bench_alloc_loop.py --allocators native,gpumem,native-async,pluggable-async > "$W/alloc_loop.txt" 2>&1
 fi
 
 if [[ -z "${SKIP_TORCH:-}" ]]; then
-  OUT="$W/torch" MODELS=${MODELS:-resnet50_train} REPEAT=${REPEAT:-2} VARIANTS=${VARIANTS:-grow_before_reclaim=1} \
-    PEERS=${PEERS:-native-async,pluggable-async} SKIP_SMOKE=1 timeout ${TORCH_TIMEOUT:-360} bash scripts/device_torch.sh > "$W/torch.txt" 2>&1
+  [[ -n "${TRACE:-}" ]] && { export GPUMEM_TRACE_DIR="$W/torch/traces"; mkdir -p "$GPUMEM_TRACE_DIR"; }
+  OUT="$W/torch" MODELS=${MODELS:-resnet50_train} REPEAT=${REPEAT:-2} VARIANTS=${VARIANTS-grow_before_reclaim=1} \
+    PEERS=${PEERS-native-async,pluggable-async} SKIP_SMOKE=${SKIP_SMOKE-1} timeout ${TORCH_TIMEOUT:-360} \
+    bash scripts/device_torch.sh > "$W/torch.txt" 2>&1
 fi
 
 tar czf "$FINAL/handles.tgz" -C "$W" .
@@ -53,4 +65,5 @@ echo "== replay on the GPU pool: frag, ns/op, maps, upstream calls"
 sed -E 's/\{.*"fragmentation":([0-9.]+).*"maps":([0-9]+).*"ns_per_op":([0-9.]+).*"upstream_calls":([0-9]+).*/frag \1 maps \2 ns \3 up \4/' "$W/replay.txt"
 tail -3 "$W/bench.err"
 tail -8 "$W/alloc_loop.txt" 2>/dev/null
+grep -E "^(ok  |FAIL|SMOKE)" "$W/torch/smoke.log" 2>/dev/null
 tail -14 "$W/torch.txt" 2>/dev/null

@@ -9,6 +9,7 @@ and, whichever framework allocates:
     gpumem.trim()             # hand cached memory back to the driver
     gpumem.record_stream(x, s)  # x is also used on stream s (Tensor.record_stream's meaning)
     gpumem.reset_peaks()
+    gpumem.flush_trace()      # with use(trace="job-{pid}.csv"): write the recorded requests out now
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from . import _lib
 from ._lib import configure, last_error, library_path
 
 __all__ = ["configure", "last_error", "library_path", "stats", "trim", "record_stream",
-           "reset_peaks"]
+           "reset_peaks", "flush_trace"]
 
 _STAT_KEYS = ("live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes",
               "allocations", "frees", "upstream_allocations", "granules_mapped", "granules_unmapped",
@@ -58,6 +59,14 @@ def trim(device=None) -> None:
 def reset_peaks(device=None) -> None:
     """Peaks start again from the current figures."""
     if _lib.load().gpumem_reset_peaks(_device(device)) != 0:
+        raise RuntimeError(last_error())
+
+
+def flush_trace() -> None:
+    """Writes out the requests recorded so far (the pool option trace=PATH records every request
+    in RMM's log CSV, which `gpumem replay`, `doctor` and `report` read; the rest is written at
+    exit)."""
+    if _lib.load().gpumem_flush_trace() != 0:
         raise RuntimeError(last_error())
 
 

@@ -71,6 +71,8 @@ def load() -> ctypes.CDLL:
         lib.gpumem_record_stream.restype = None
         lib.gpumem_reset_peaks.argtypes = [i]
         lib.gpumem_reset_peaks.restype = i
+        lib.gpumem_flush_trace.argtypes = []
+        lib.gpumem_flush_trace.restype = i
         lib.gpumem_last_error.argtypes = []
         lib.gpumem_last_error.restype = ctypes.c_char_p
         _lib = lib
