@@ -8,6 +8,7 @@
 #   device: run(command="bash scripts/device_handles.sh", carry=[".carry/gpu", ".carry/torch"])
 # Env: SKIP_TESTS=1, SKIP_TORCH=1, MODELS (default resnet50_train), REPEAT (default 2), VARIANTS,
 #      RESNET_BATCH, BINS (default "gpumem-base gpumem"), PATTERNS (default "churn replay"),
+#      POLICIES (pool flags per run, "|"-separated; default "|--grow-before-reclaim"),
 #      ALLOC_LOOP=1 (bench_alloc_loop.py with native, gpumem and the two cudaMallocAsync peers),
 #      PEER_PATTERNS (e.g. "replay": `gpumem bench` for PEER_ALLOCATORS, default cuda-malloc-async
 #      and cub-caching, in one process), TRACE=1 (each gpumem model run records its requests:
@@ -24,15 +25,18 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
   echo "gpu tests rc=$?" >> "$W/gpu_tests.log"
 fi
 
+# POLICIES: pool flags per run, separated by "|" (an empty entry: the defaults).
+IFS='|' read -r -a policies <<< "${POLICIES-|--grow-before-reclaim}"
 for bin in ${BINS:-gpumem-base gpumem}; do
   [[ -x "$D/$bin" ]] || continue
-  for policy in "" --grow-before-reclaim; do
+  for policy in "${policies[@]}"; do
+    label=$(echo "$policy" | sed 's/--grow-before-reclaim/grow/; s/--reclaim-own-first/own/; s/--front-cache-peak-fraction /peak/; s/--//g; s/ /+/g')
     for pattern in ${PATTERNS:-churn replay}; do
       timeout 100 "$D/$bin" bench $pattern --allocator gpumem-gpu --reps 3 --traces "$D/traces" $policy --json \
-        2>> "$W/bench.err" | sed "s/\"allocator\":\"gpumem-gpu\"/\"allocator\":\"$bin${policy:++grow}\"/" >> "$W/speed.jsonl"
+        2>> "$W/bench.err" | sed "s/\"allocator\":\"gpumem-gpu\"/\"allocator\":\"$bin${label:++$label}\"/" >> "$W/speed.jsonl"
     done
     for t in "$D"/traces/*.csv.gz; do
-      echo "$bin ${policy:-default} $(basename "$t") $(timeout 60 "$D/$bin" replay "$t" --resource gpu-pool $policy --json)" >> "$W/replay.txt"
+      echo "$bin ${label:-default} $(basename "$t") $(timeout 60 "$D/$bin" replay "$t" --resource gpu-pool $policy --json)" >> "$W/replay.txt"
     done
   done
 done
@@ -62,7 +66,7 @@ echo "== speed (ns/op, ns/pair, Mops/s)"
 grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"\(ns_per_op\|ns_per_pair\|mops_per_s\)":[0-9.]*' "$W/speed.jsonl" \
   | sed 's/"device":"[^"]*",//; s/"//g; s/pattern://; s/allocator://'
 echo "== replay on the GPU pool: frag, ns/op, maps, upstream calls"
-sed -E 's/\{.*"fragmentation":([0-9.]+).*"maps":([0-9]+).*"ns_per_op":([0-9.]+).*"upstream_calls":([0-9]+).*/frag \1 maps \2 ns \3 up \4/' "$W/replay.txt"
+sed -E 's/\{.*"fragmentation":([0-9.]+).*"granules_mapped_unmapped_per_1000_ops":([0-9.]+).*"maps":([0-9]+).*"ns_per_op":([0-9.]+).*"upstream_calls":([0-9]+).*/frag \1 moved\/1k \2 maps \3 ns \4 up \5/' "$W/replay.txt"
 tail -3 "$W/bench.err"
 tail -8 "$W/alloc_loop.txt" 2>/dev/null
 grep -E "^(ok  |FAIL|SMOKE)" "$W/torch/smoke.log" 2>/dev/null

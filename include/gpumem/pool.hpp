@@ -93,6 +93,19 @@ struct pool_options {
   // 0.25 (bert / llama / resnet; llama's figure moves by ±0.03 with any change of placement). 0:
   // front_cache_bytes alone.
   double front_cache_grow_fraction = 0.25;
+  // Default policy: large blocks (over small_max_bytes) one thread's front cache may keep for one
+  // stream, as a fraction of that thread's peak live bytes (front_cache_bytes if that is more). The
+  // default policy flushes the front caches before it grows, so what they keep never adds reserved
+  // memory; a larger share lets a job whose large tensors repeat from step to step (an inference
+  // server's batches, a training step's activations) take them from its front cache instead of the
+  // pool's lock. Relative to the peak, not to live bytes now: between two steps live memory falls
+  // to the weights, just when the step's blocks come back. 0: front_cache_bytes alone.
+  double front_cache_peak_fraction = 0.0;
+  // Default policy: a large request that finds nothing cached first looks for a place on mapped
+  // memory (no driver call), then carves a large enough block its own front cache keeps, then gives
+  // back its own front cache's large blocks and looks again — all before idle granules are
+  // remapped (each a driver call of tens of µs on a GPU) or other threads' caches emptied.
+  bool reclaim_own_first = false;
 };
 
 // One range the pool tracks, for segment maps and reports.

@@ -144,7 +144,8 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   return true;
 }
 
-std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow, std::string* why) {
+std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow, std::string* why,
+                               bool may_map) {
   if (!virtual_) return allocate_plain(size, alignment, s, may_grow, why);
   // Best fit over the free runs this stream can use, by address alone — whether the memory under
   // them is mapped does not choose the run — then, among the few best-fitting runs, the place that
@@ -165,6 +166,10 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
       promote();
       if (!place(size, alignment, s, 4, start, cost)) place(size, alignment, s, SIZE_MAX, start, cost);
     }
+  }
+  if (cost > 0 && !may_map) {
+    set_why(why, "no mapped place fits");
+    return 0;
   }
   if (!map_window(start, size, may_grow, why)) {
     // When its granules cannot be had, the cheapest place anywhere may still fit (at the top of

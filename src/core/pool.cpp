@@ -98,6 +98,9 @@ struct pool::impl {
   const bool bins_enabled;
   const bool zero_on_free;
   const bool grow_first;  // grow_before_reclaim: see cache_budget, pop_fit, give_back_fitting
+  // Large blocks get a budget of their own past front_cache_bytes: growing first, or
+  // front_cache_peak_fraction (see cache_budget).
+  const bool large_budget;
   std::atomic<std::size_t> front_count{0};
 
   alignas(64) mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
@@ -123,6 +126,7 @@ struct pool::impl {
         bins_enabled(op.front_cache),
         zero_on_free(op.zero_on_free),
         grow_first(op.grow_before_reclaim),
+        large_budget(op.grow_before_reclaim || op.front_cache_peak_fraction > 0),
         clock(o),
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
@@ -134,6 +138,9 @@ struct pool::impl {
     if (!(op.front_cache_grow_fraction >= 0.0 && op.front_cache_grow_fraction <= 1e3))
       throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_grow_fraction {} is not a fraction >= 0",
                                               op.front_cache_grow_fraction));
+    if (!(op.front_cache_peak_fraction >= 0.0 && op.front_cache_peak_fraction <= 1e3))
+      throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_peak_fraction {} is not a fraction >= 0",
+                                              op.front_cache_peak_fraction));
     if (op.zero_on_free && !u.can_zero())
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));
@@ -314,13 +321,17 @@ struct pool::impl {
   // welcome either way: the share is worked out only past it, off the common path.
   std::size_t cache_budget(const detail::front_cache& fc, const detail::stream_bins& sb,
                            const detail::block_rec* r) const {
-    if (grow_first && sb.cached_bytes >= opts.front_cache_bytes) [[unlikely]]
+    if (large_budget && sb.cached_bytes >= opts.front_cache_bytes) [[unlikely]]
       return grown_budget(fc, r);
     return opts.front_cache_bytes;
   }
   [[gnu::noinline]] std::size_t grown_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
     const std::size_t fixed = opts.front_cache_bytes;
-    const auto share = static_cast<std::size_t>(static_cast<double>(fc.live_bytes) * opts.front_cache_grow_fraction);
+    // Growing first, a share of live now (what it keeps adds to reserved); by default, of the
+    // thread's peak (what it keeps is flushed before the pool grows).
+    const auto share = static_cast<std::size_t>(
+        grow_first ? static_cast<double>(fc.live_bytes) * opts.front_cache_grow_fraction
+                   : static_cast<double>(fc.peak_live) * opts.front_cache_peak_fraction);
     if (!r || r->sl) return share > SIZE_MAX - fixed ? SIZE_MAX : fixed + share;
     return std::max(fixed, share > r->block_bytes ? share - r->block_bytes + 1 : 0);
   }
@@ -480,6 +491,44 @@ struct pool::impl {
     return false;
   }
 
+  // Under m, reclaim_own_first: a large block of `size` on memory already mapped — as it is, or
+  // after the caller's own front cache gave back a block to carve it from, or all its large
+  // blocks; 0 when that is not enough (the caller then remaps, empties others' caches, grows).
+  std::uintptr_t take_without_driver(std::size_t size, std::size_t alignment, stream_ref s, detail::front_cache& own,
+                                     std::string& why) {
+    auto mapped = [&] { return arena.allocate(size, alignment, s, false, &why, false); };
+    std::uintptr_t a = mapped();
+    if (!a && give_back_fitting(own, s, size)) a = mapped();
+    if (!a && give_back_large(own)) a = mapped();
+    return a;
+  }
+  // Under m: every large (arena) block front cache `f` keeps goes back to the arena, as freed on
+  // its bin's stream; slots stay. False if it kept none.
+  bool give_back_large(detail::front_cache& f) {
+    detail::front_guard flock(f.lock, true);
+    bool any = false;
+    const std::size_t first_large = detail::bin_of(small_max + 1);
+    for (auto& sb : f.streams) {
+      for (std::size_t b = first_large; b < sb.bins.size(); ++b) {
+        detail::bin& x = sb.bins[b];
+        std::uint32_t kept = 0;
+        for (std::uint32_t k = 0; k < x.count; ++k) {
+          const std::uint32_t i = x.items[k];
+          if (f.recs[i].sl) {  // a slot (a small class's size may reach this bin): it stays
+            x.items[kept++] = i;
+            continue;
+          }
+          sb.cached_bytes -= f.recs[i].block_bytes;
+          arena.deallocate(f.recs[i].addr, sb.stream);
+          f.forget(i);
+          any = true;
+        }
+        x.count = kept;
+      }
+    }
+    return any;
+  }
+
   // `own`: the caller's front cache, if it has one of its own.
   std::uintptr_t take(std::size_t bytes, std::size_t alignment, stream_ref s, detail::slab*& sl, std::string& why,
                       detail::front_cache* own) {
@@ -494,7 +543,9 @@ struct pool::impl {
     // First without growing: cached memory, spares, idle granules. Then give back what caches
     // hold — caching never makes the pool grow — and only then grow; or, with
     // grow_before_reclaim, grow at once and give back only when growing fails.
-    std::uintptr_t a = attempt(false);
+    std::uintptr_t a = 0;
+    if (!grow_first && !small && own && opts.reclaim_own_first) a = take_without_driver(size, alignment, s, *own, why);
+    if (!a) a = attempt(false);
     if (!a && grow_first) {
       // Before new memory: a large enough block the caller's front cache keeps for this stream,
       // from which the arena carves the request (the rest stays free for any size).

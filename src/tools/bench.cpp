@@ -44,6 +44,9 @@ std::string changed_pool_options(const pool_options& o) {
   if (o.idle_budget != d.idle_budget) add(fmt::format("idle_budget={}", o.idle_budget));
   if (o.grow_before_reclaim != d.grow_before_reclaim) add(fmt::format("grow_before_reclaim={:d}", o.grow_before_reclaim));
   if (o.max_handle_bytes != d.max_handle_bytes) add(fmt::format("max_handle_bytes={}", o.max_handle_bytes));
+  if (o.front_cache_peak_fraction != d.front_cache_peak_fraction)
+    add(fmt::format("front_cache_peak_fraction={}", o.front_cache_peak_fraction));
+  if (o.reclaim_own_first != d.reclaim_own_first) add(fmt::format("reclaim_own_first={:d}", o.reclaim_own_first));
   if (o.front_cache_grow_fraction != d.front_cache_grow_fraction)
     add(fmt::format("front_cache_grow_fraction={}", o.front_cache_grow_fraction));
   return out;

@@ -19,6 +19,17 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::grow_before_reclaim, grow before emptying the front caches and giving back "
                    "empty slabs (faster, most of all with many threads; costs memory)");
+  app.add_option("--front-cache-peak-fraction", opts.front_cache_peak_fraction,
+                 std::string(what) +
+                     ": pool_options::front_cache_peak_fraction, large blocks a thread's front cache may keep, as a "
+                     "fraction of its peak live bytes (default policy; 0, the default: front_cache_bytes alone)")
+      ->check(CLI::Number)
+      ->check(CLI::Range(0.0, 1e3))
+      ->capture_default_str();
+  app.add_flag("--reclaim-own-first", opts.reclaim_own_first,
+               std::string(what) +
+                   ": pool_options::reclaim_own_first, a large request tries mapped memory and the caller's own "
+                   "cached blocks before remapping idle granules (default policy)");
   app.add_option_function<std::string>(
          "--max-handle-bytes",
          [&opts](const std::string& v) {

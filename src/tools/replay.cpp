@@ -87,6 +87,9 @@ nlohmann::json to_json(const replay_result& r) {
     j["unmap_calls"] = r.stats.unmap_calls;
     j["map_unmap_calls_per_1000_ops"] = r.per_1000_ops(r.stats.map_calls + r.stats.unmap_calls);
     j["granules_mapped_unmapped_per_1000_ops"] = r.per_1000_ops(r.stats.maps + r.stats.unmaps);
+    // Allocations the calling thread's front cache served without the pool's lock: the fast path.
+    j["allocations"] = r.stats.allocations;
+    j["front_hits"] = r.stats.front_hits;
   }
   return j;
 }
