@@ -1,8 +1,8 @@
 // A long randomized sequence against the shadow model: log-uniform sizes 1 B .. 64 MiB, random
 // power-of-two alignments up to 2 MiB, 4 simulated streams, frees in random order (sometimes on
 // another stream), record_use, stream completion, trim, and out-of-memory under a small capacity.
-// Cheap checks after every step, the O(blocks) ones every 1000 steps. 10 configurations x 300,000
-// operations = 3 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
+// Cheap checks after every step, the O(blocks) ones every 1000 steps. 12 configurations x 300,000
+// operations = 3.6 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -26,6 +26,8 @@ struct cfg {
   double idle_budget = 0.0;
   std::size_t max_handle_bytes = 0;  // 0: the policy's choice
   bool grow_first = false;
+  double peak_fraction = 0.0;  // front_cache_peak_fraction
+  bool own_first = false;      // reclaim_own_first
 };
 
 std::uint64_t ops_per_config() {
@@ -43,6 +45,8 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   po.idle_budget = c.idle_budget;
   po.max_handle_bytes = c.max_handle_bytes;
   po.grow_before_reclaim = c.grow_first;
+  po.front_cache_peak_fraction = c.peak_fraction;
+  po.reclaim_own_first = c.own_first;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .virtual_memory = c.virtual_memory}, po);
   stream_ref streams[4];
   for (auto& s : streams) s = r.dev->create_stream();
@@ -112,6 +116,9 @@ INSTANTIATE_TEST_SUITE_P(
                       cfg{"VirtualHandles8M", true, 64 << 10, keep_all, 8, 0.0, 8 << 20},
                       cfg{"VirtualHandles8MRelease0", true, 64 << 10, 0, 9, 0.0, 8 << 20},
                       cfg{"VirtualGrowFirst", true, 64 << 10, keep_all, 10, 0.0, 0, true},
+                      // Large front caches and the caller's own blocks before remapping.
+                      cfg{"VirtualPeakCacheOwnFirst", true, 64 << 10, keep_all, 11, 0.0, 0, false, 1.0, true},
+                      cfg{"VirtualPeakCacheOwnFirstRelease0", true, 64 << 10, 0, 12, 0.0, 0, false, 1.0, true},
                       cfg{"Segments", false, 64 << 10, keep_all, 4},
                       cfg{"SegmentsNoSlabs", false, 0, keep_all, 5}, cfg{"SegmentsRelease0", false, 64 << 10, 0, 6}),
     [](const auto& info) { return std::string(info.param.name); });

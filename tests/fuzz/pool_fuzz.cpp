@@ -25,6 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (cfg & 16) po.idle_budget = 0.5;  // keeps idle granules mapped; gives way when the device is full
   if (cfg & 32) po.grow_before_reclaim = true;  // (with 32 MiB handles, by policy)
   if (cfg & 64) po.max_handle_bytes = std::size_t{8} << 20;  // handles of 4 granules, moved whole
+  if (cfg & 128) {  // large front caches, and the caller's own blocks before remapping
+    po.front_cache_peak_fraction = 1.0;
+    po.reclaim_own_first = true;
+  }
   const std::size_t capacity = (cfg & 8) ? (std::size_t{16} << 20) : (std::size_t{256} << 20);
   test::sim_pool_rig r(sim_options{.capacity_bytes = capacity, .virtual_memory = (cfg & 1) != 0}, po);
   stream_ref streams[4];
