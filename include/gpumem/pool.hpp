@@ -99,12 +99,17 @@ struct pool_options {
   // memory; a larger share lets a job whose large tensors repeat from step to step (an inference
   // server's batches, a training step's activations) take them from its front cache instead of the
   // pool's lock. Relative to the peak, not to live bytes now: between two steps live memory falls
-  // to the weights, just when the step's blocks come back. 0: front_cache_bytes alone.
+  // to the weights, just when the step's blocks come back. 0: front_cache_bytes alone. Measured on
+  // the H200 at 1.0 (bench/RESULTS.md, session 6): bert's replay 96.5 % front-cache hits (65 % at
+  // 0) and half the remapping, but llama's remapping doubled and resnet's rose: blocks parked in
+  // front caches cannot coalesce in the arena. Off by default for that.
   double front_cache_peak_fraction = 0.0;
   // Default policy: a large request that finds nothing cached first looks for a place on mapped
   // memory (no driver call), then carves a large enough block its own front cache keeps, then gives
   // back its own front cache's large blocks and looks again — all before idle granules are
   // remapped (each a driver call of tens of µs on a GPU) or other threads' caches emptied.
+  // Measured on the H200 (session 6): bert's and resnet's replay remapped a third to a half less
+  // (resnet warm 1,409 -> 708 ns per op), llama +3-16 % and churn +24 % slower. Off by default.
   bool reclaim_own_first = false;
 };
 
