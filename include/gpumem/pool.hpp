@@ -111,6 +111,14 @@ struct pool_options {
   // Measured on the H200 (session 6): bert's and resnet's replay remapped a third to a half less
   // (resnet warm 1,409 -> 708 ns per op), llama +3-16 % and churn +24 % slower. Off by default.
   bool reclaim_own_first = false;
+  // Default policy: before the pool grows, the host waits for the streams' pending frees (the
+  // events the pool recorded after them) and tries again with what they free. On a GPU the host
+  // runs ahead of the device: memory freed on a stream whose work has not reached the free cannot
+  // be unmapped and moved, so without waiting the pool grows beside it. A recorded BERT inference
+  // (PyTorch, H200) replayed at 1.045x peak live on the simulator, where events complete at once,
+  // and reserved 1.284x live on the GPU. The wait stalls the host, not the device: the GPU keeps
+  // running the work already queued.
+  bool wait_before_grow = false;
 };
 
 // One range the pool tracks, for segment maps and reports.

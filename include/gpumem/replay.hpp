@@ -20,6 +20,10 @@ struct replay_options {
   std::string resource = "pool";
   std::size_t capacity_bytes = std::size_t{80} << 30;
   pool_options pool;
+  // Simulated pool targets: the device finishes the work queued on its streams only once every
+  // this many operations, as a GPU running behind the host (memory freed on a stream stays busy
+  // until then); 0: at once, a device that keeps up.
+  std::size_t device_lag_ops = 0;
   std::size_t timeline_points = 0;  // > 0: keep about this many (downsampled) points of the timeline
   bool segment_map_at_peak = false; // keep the pool's block map at the moment of peak reserved
   // Replays the trace this many times back to back on the same resource (a soak).

@@ -599,6 +599,15 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     // Idle memory above the budget that is only in handles too large for this run: give one back
     // rather than grow beside it.
     if (release_oversized(rest, keep_lo, keep_hi, true)) continue;
+    // Memory freed on streams still running before the free is busy: it cannot be unmapped while
+    // their work may touch it. Waiting for them (the host only) makes it idle, to be moved here.
+    if (opts_.wait_before_grow && !opts_.keep_idle && !waited && clock_.has_pending()) {
+      waited = true;
+      if (clock_.wait_all()) {
+        promote();
+        continue;
+      }
+    }
     const std::size_t n = std::min(rest, most_new);
     // Handles already taken for this window are reserved too, though neither mapped nor spare.
     std::size_t pending = 0;

@@ -63,6 +63,8 @@ struct arena_options {
   bool keep_idle = false;
   // pool_options::max_handle_bytes: the largest physical handle growth creates (at least a granule).
   std::size_t max_handle_bytes = 0;
+  // pool_options::wait_before_grow: host-wait for pending frees before growing.
+  bool wait_before_grow = false;
 };
 
 class arena {

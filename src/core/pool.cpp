@@ -131,7 +131,7 @@ struct pool::impl {
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
                                     op.release_threshold_bytes, op.idle_budget, op.grow_before_reclaim,
-                                    handle_bytes_for(op)}),
+                                    handle_bytes_for(op), op.wait_before_grow}),
         slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));

@@ -31,20 +31,33 @@ std::vector<std::pair<std::string, replay_target_factory>>& registry() {
 struct pool_target final : target {
   sim_device dev;
   gpumem::pool p;
+  const std::size_t lag;       // replay_options::device_lag_ops
+  std::size_t since_done = 0;  // operations since the device last caught up
   pool_target(const replay_options& o, bool virtual_memory)
       : dev(sim_options{.capacity_bytes = o.capacity_bytes,
                         .granularity_bytes = default_granularity,
                         .virtual_memory = virtual_memory,
-                        .auto_complete = true}),
-        p(dev.memory(), dev.streams(), o.pool) {}
+                        .auto_complete = o.device_lag_ops == 0}),
+        p(dev.memory(), dev.streams(), o.pool),
+        lag(o.device_lag_ops) {}
+  void tick() {
+    if (lag && ++since_done >= lag) {
+      dev.complete_all();
+      since_done = 0;
+    }
+  }
   void* allocate(std::size_t bytes, stream_ref s) override {
+    tick();
     try {
       return p.allocate(bytes, default_alignment, s);
     } catch (const out_of_memory&) {
       return nullptr;
     }
   }
-  void deallocate(void* ptr, std::size_t bytes, stream_ref s) override { p.deallocate(ptr, bytes, default_alignment, s); }
+  void deallocate(void* ptr, std::size_t bytes, stream_ref s) override {
+    tick();
+    p.deallocate(ptr, bytes, default_alignment, s);
+  }
   std::size_t reserved() override { return p.stats().reserved_bytes; }
   std::size_t peak_reserved() override { return p.stats().peak_reserved_bytes; }
   pool_stats stats() override { return p.stats(); }

@@ -46,6 +46,7 @@ std::string changed_pool_options(const pool_options& o) {
   if (o.max_handle_bytes != d.max_handle_bytes) add(fmt::format("max_handle_bytes={}", o.max_handle_bytes));
   if (o.front_cache_peak_fraction != d.front_cache_peak_fraction)
     add(fmt::format("front_cache_peak_fraction={}", o.front_cache_peak_fraction));
+  if (o.wait_before_grow != d.wait_before_grow) add(fmt::format("wait_before_grow={:d}", o.wait_before_grow));
   if (o.reclaim_own_first != d.reclaim_own_first) add(fmt::format("reclaim_own_first={:d}", o.reclaim_own_first));
   if (o.front_cache_grow_fraction != d.front_cache_grow_fraction)
     add(fmt::format("front_cache_grow_fraction={}", o.front_cache_grow_fraction));

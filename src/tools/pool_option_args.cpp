@@ -30,6 +30,10 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::reclaim_own_first, a large request tries mapped memory and the caller's own "
                    "cached blocks before remapping idle granules (default policy)");
+  app.add_flag("--wait-before-grow", opts.wait_before_grow,
+               std::string(what) +
+                   ": pool_options::wait_before_grow, host-wait for pending frees before growing (default "
+                   "policy)");
   app.add_option_function<std::string>(
          "--max-handle-bytes",
          [&opts](const std::string& v) {

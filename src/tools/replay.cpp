@@ -26,6 +26,7 @@ struct replay_args {
   std::size_t passes = 1;
   std::string ops;           // --ops: a count; empty: --passes decides
   std::string verify_every;  // --verify-every: a count; empty: no integrity checks
+  std::size_t device_lag = 0;  // --device-lag
   pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
@@ -124,6 +125,7 @@ int run(const replay_args& a) {
   base.capacity_bytes = parse_byte_size(a.capacity);
   base.passes = a.passes;
   base.pool = a.pool;
+  base.device_lag_ops = a.device_lag;
   if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
   if (!a.verify_every.empty()) {
     base.check_integrity = true;
@@ -189,6 +191,11 @@ const registrar reg{command{
                      "check integrity: every block for overlap with the live ones and alignment, and every K-th "
                      "allocation's data (stamped after allocation, checked before free; 0: no data check)")
           ->check(count_at_least(0));
+      sub.add_option("--device-lag", args->device_lag,
+                     "pool and pool-segments: the simulated device finishes queued work only every N operations, "
+                     "as a GPU running behind the host (0, the default: at once)")
+          ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40))
+          ->capture_default_str();
       add_pool_tuning_options(sub, args->pool, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
