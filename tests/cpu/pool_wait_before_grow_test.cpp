@@ -16,13 +16,18 @@ using namespace gpumem;
 using gpumem::test::MiB;
 using gpumem::test::sim_pool_rig;
 
+// A rig whose device completes nothing until told, with wait_before_grow as given.
+sim_pool_rig lagging_rig(bool wait) {
+  pool_options po;
+  po.wait_before_grow = wait;
+  return sim_pool_rig(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
+}
+
 // A 64 MiB block freed on stream s (its work still pending), a 2 MiB block live above it, then a
 // 96 MiB request on s: A's run is too small, so the request lands above and needs 48 granules.
 // Returns peak reserved.
 std::size_t peak_reserved_with_pending_free(bool wait) {
-  pool_options po;
-  po.wait_before_grow = wait;
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
+  sim_pool_rig r = lagging_rig(wait);
   const stream_ref s = r.dev->create_stream();
   void* a = r.allocate(64 * MiB, default_alignment, s);
   void* pin = r.allocate(2 * MiB, default_alignment, s);
@@ -46,9 +51,7 @@ TEST(WaitBeforeGrow, PendingFreesAreWaitedForAndMovedRatherThanGrownBeside) {
 }
 
 TEST(WaitBeforeGrow, NothingPendingMeansNoWaitAndGrowthAsBefore) {
-  pool_options po;
-  po.wait_before_grow = true;
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
+  sim_pool_rig r = lagging_rig(true);
   const stream_ref s = r.dev->create_stream();
   void* a = r.allocate(64 * MiB, default_alignment, s);
   void* b = r.allocate(64 * MiB, default_alignment, s);
