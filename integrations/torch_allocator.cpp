@@ -29,6 +29,7 @@
 // libstdc++ statically but libgcc dynamically (see integrations/CMakeLists.txt).
 #include <cuda_runtime_api.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -38,14 +39,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <filesystem>
-#include <unistd.h>
 
 #include "gpumem/cuda/gpu_pool.hpp"
 #include "gpumem/cuda/upstreams.hpp"

@@ -105,9 +105,10 @@ struct pool_options {
   // front caches cannot coalesce in the arena. Off by default for that.
   double front_cache_peak_fraction = 0.0;
   // Default policy: a large request that finds nothing cached first looks for a place on mapped
-  // memory (no driver call), then carves a large enough block its own front cache keeps, then gives
-  // back its own front cache's large blocks and looks again — all before idle granules are
-  // remapped (each a driver call of tens of µs on a GPU) or other threads' caches emptied.
+  // memory (no granule mapped or unmapped), then carves a large enough block its own front cache
+  // keeps, then gives back its own front cache's large blocks and looks again — all before idle
+  // granules are remapped (each a driver call of tens of µs on a GPU) or other threads' caches
+  // emptied.
   // Measured on the H200 (session 6): bert's and resnet's replay remapped a third to a half less
   // (resnet warm 1,409 -> 708 ns per op), llama +3-16 % and churn +24 % slower. Off by default.
   bool reclaim_own_first = false;

@@ -79,7 +79,8 @@ class arena {
   // A block of `size` bytes (a multiple of `unit`) at an address aligned to `alignment` for stream
   // `s`; 0 when it cannot be had without new upstream memory and `may_grow` is false, or not at
   // all (upstream refused, limit reached). `why` then says which.
-  // `may_map` false: only a place already mapped (no driver call at all), else 0.
+  // `may_map` false: only a place already mapped (no granule mapped or unmapped; an event may
+  // still be recorded to see whether other streams' frees are done), else 0.
   std::uintptr_t allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow,
                           std::string* why = nullptr, bool may_map = true);
   // The block at `addr` is unused after the work on `s` enqueued so far; also after the work on
