@@ -494,7 +494,7 @@ struct pool::impl {
   // Under m, reclaim_own_first: a large block of `size` on memory already mapped — as it is, or
   // after the caller's own front cache gave back a block to carve it from, or all its large
   // blocks; 0 when that is not enough (the caller then remaps, empties others' caches, grows).
-  std::uintptr_t take_without_driver(std::size_t size, std::size_t alignment, stream_ref s, detail::front_cache& own,
+  std::uintptr_t take_mapped_or_own(std::size_t size, std::size_t alignment, stream_ref s, detail::front_cache& own,
                                      std::string& why) {
     auto mapped = [&] { return arena.allocate(size, alignment, s, false, &why, false); };
     std::uintptr_t a = mapped();
@@ -544,7 +544,7 @@ struct pool::impl {
     // hold — caching never makes the pool grow — and only then grow; or, with
     // grow_before_reclaim, grow at once and give back only when growing fails.
     std::uintptr_t a = 0;
-    if (!grow_first && !small && own && opts.reclaim_own_first) a = take_without_driver(size, alignment, s, *own, why);
+    if (!grow_first && !small && own && opts.reclaim_own_first) a = take_mapped_or_own(size, alignment, s, *own, why);
     if (!a) a = attempt(false);
     if (!a && grow_first) {
       // Before new memory: a large enough block the caller's front cache keeps for this stream,
