@@ -9,7 +9,10 @@
 # Env: SKIP_TESTS=1, SKIP_TORCH=1, MODELS (default resnet50_train), REPEAT (default 2), VARIANTS,
 #      RESNET_BATCH, BINS (default "gpumem-base gpumem"), PATTERNS (default "churn replay"),
 #      POLICIES (pool flags per run, "|"-separated; default "|--grow-before-reclaim"),
-#      ALLOC_LOOP=1 (bench_alloc_loop.py with native, gpumem and the two cudaMallocAsync peers),
+#      ALLOC_LOOP=1 (bench_alloc_loop.py; ALLOC_LOOP_ALLOCATORS, default native, gpumem and the two
+#      cudaMallocAsync peers; with OLD_PY set to a folder holding an older gpumem package, its
+#      gpumem allocators run again from there, as "old:..."),
+#      PIN (a CPU for taskset: the bench runs pinned to it), RUNS (bench runs per policy, default 1),
 #      PEER_PATTERNS (e.g. "replay": `gpumem bench` for PEER_ALLOCATORS, default cuda-malloc-async
 #      and cub-caching, in one process), TRACE=1 (each gpumem model run records its requests:
 #      torch/traces/ in the tarball), SKIP_SMOKE= (empty: run the smoke check first).
@@ -31,9 +34,12 @@ for bin in ${BINS:-gpumem-base gpumem}; do
   [[ -x "$D/$bin" ]] || continue
   for policy in "${policies[@]}"; do
     label=$(echo "$policy" | sed 's/--grow-before-reclaim/grow/; s/--reclaim-own-first/own/; s/--front-cache-peak-fraction /peak/; s/--//g; s/ /+/g')
-    for pattern in ${PATTERNS:-churn replay}; do
-      timeout 100 "$D/$bin" bench $pattern --allocator gpumem-gpu --reps 3 --traces "$D/traces" $policy --json \
-        2>> "$W/bench.err" | sed "s/\"allocator\":\"gpumem-gpu\"/\"allocator\":\"$bin${label:++$label}\"/" >> "$W/speed.jsonl"
+    for run in $(seq 1 "${RUNS:-1}"); do
+      for pattern in ${PATTERNS:-churn replay}; do
+        timeout 100 ${PIN:+taskset -c "$PIN"} "$D/$bin" bench $pattern --allocator gpumem-gpu --reps 3 --traces "$D/traces" \
+          $policy --json 2>> "$W/bench.err" \
+          | sed "s/\"allocator\":\"gpumem-gpu\"/\"allocator\":\"$bin${label:++$label}\"/" >> "$W/speed.jsonl"
+      done
     done
     for t in "$D"/traces/*.csv.gz; do
       echo "$bin ${label:-default} $(basename "$t") $(timeout 60 "$D/$bin" replay "$t" --resource gpu-pool $policy --json)" >> "$W/replay.txt"
@@ -49,8 +55,15 @@ if [[ -n "${PEER_PATTERNS:-}" ]]; then
 fi
 
 if [[ -n "${ALLOC_LOOP:-}" ]]; then
+  loop_allocs=${ALLOC_LOOP_ALLOCATORS:-native,gpumem,native-async,pluggable-async}
   GPUMEM_LIB="$PWD/.carry/torch/libgpumem_torch.so" PYTHONPATH="$PWD/integrations/python" timeout 200 \
-    python3 integrations/bench_alloc_loop.py --allocators native,gpumem,native-async,pluggable-async > "$W/alloc_loop.txt" 2>&1
+    python3 integrations/bench_alloc_loop.py --allocators "$loop_allocs" > "$W/alloc_loop.txt" 2>&1
+  if [[ -n "${OLD_PY:-}" ]]; then
+    old_allocs=$(echo "$loop_allocs" | tr ',' '\n' | grep gpumem | paste -sd,)
+    echo "== the same gpumem allocators from $OLD_PY" >> "$W/alloc_loop.txt"
+    GPUMEM_LIB="$PWD/.carry/torch/libgpumem_torch.so" PYTHONPATH="$PWD/$OLD_PY:$PWD/integrations" timeout 200 \
+      python3 integrations/bench_alloc_loop.py --allocators "$old_allocs" >> "$W/alloc_loop.txt" 2>&1
+  fi
 fi
 
 if [[ -z "${SKIP_TORCH:-}" ]]; then
@@ -68,6 +81,6 @@ grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"\(ns_per_op\|ns_per_pair\|mops_
 echo "== replay on the GPU pool: frag, ns/op, maps, upstream calls"
 sed -E 's/\{.*"fragmentation":([0-9.]+).*"granules_mapped_unmapped_per_1000_ops":([0-9.]+).*"maps":([0-9]+).*"ns_per_op":([0-9.]+).*"upstream_calls":([0-9]+).*/frag \1 moved\/1k \2 maps \3 ns \4 up \5/' "$W/replay.txt"
 tail -3 "$W/bench.err"
-tail -8 "$W/alloc_loop.txt" 2>/dev/null
-grep -E "^(ok  |FAIL|SMOKE)" "$W/torch/smoke.log" 2>/dev/null
+grep -v '^{' "$W/alloc_loop.txt" 2>/dev/null | tail -14
+grep -hE "^(FAIL|SMOKE)" "$W/torch/smoke.log" "$W/torch/smoke_cupy.log" 2>/dev/null
 tail -14 "$W/torch.txt" 2>/dev/null

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpumem inside PyTorch and CuPy on the GPU machine (issue "Drop-in for PyTorch and CuPy"): the
-# smoke check, then integrations/bench_models.py (each model with PyTorch's / CuPy's allocator
+# smoke checks (PyTorch, then CuPy), then integrations/bench_models.py (each model with PyTorch's / CuPy's allocator
 # and with gpumem, in fresh processes). Logs under $OUT.
 #
 # The .so is built here (the GPU machine has no compiler setup for it) and carried:
@@ -45,6 +45,11 @@ if [[ -z "${SKIP_SMOKE:-}" ]]; then
   timeout 300 $PY integrations/smoke_torch.py 2>&1 | tee "$OUT/smoke.log"
   smoke_rc=${PIPESTATUS[0]}
   echo "smoke: exit $smoke_rc"
+  [[ $smoke_rc -eq 0 ]] || rc=1
+  echo "== smoke (CuPy)"
+  timeout 120 $PY integrations/smoke_cupy.py 2>&1 | tee "$OUT/smoke_cupy.log"
+  smoke_rc=${PIPESTATUS[0]}
+  echo "smoke (CuPy): exit $smoke_rc"
   [[ $smoke_rc -eq 0 ]] || rc=1
 fi
 

@@ -8,11 +8,20 @@ stream. CuPy's own MemoryPool is bypassed (cupy.get_default_memory_pool() stays 
 """
 from __future__ import annotations
 
-import ctypes
-
 import cupy as _cupy
 
 from . import _lib
+
+
+# Bound once by use(): each allocation and free would otherwise look these up through several
+# module attributes, and the per-call wrappers (ctypes.c_void_p) are not needed once the library's
+# argtypes are declared. CuPy calls _malloc from Cython for every array, so what it costs is what
+# every CuPy array pays on top of the pool itself.
+_alloc = _free = None
+_get_device = _cupy.cuda.runtime.getDevice
+_current_stream = _cupy.cuda.get_current_stream
+_Unowned = _cupy.cuda.UnownedMemory
+_Pointer = _cupy.cuda.MemoryPointer
 
 
 class _Block:
@@ -28,24 +37,22 @@ class _Block:
         self.ptr, self.size, self.device = ptr, size, device
 
     def __del__(self):
-        lib = _lib._lib
-        if lib is None or not self.ptr:
+        free = _free
+        if free is None or _lib._lib is None or not self.ptr:
             return
         try:
-            stream = _cupy.cuda.get_current_stream(self.device).ptr
+            stream = _current_stream(self.device).ptr
         except Exception:   # interpreter shutdown: CuPy may be half torn down
             stream = 0
-        lib.gpumem_free(ctypes.c_void_p(self.ptr), self.size, self.device, ctypes.c_void_p(stream))
+        free(self.ptr, self.size, self.device, stream)
         self.ptr = 0
 
 
 def _malloc(size: int):
     if size == 0:
-        return _cupy.cuda.MemoryPointer(_cupy.cuda.memory.Memory(0), 0)
-    lib = _lib._lib
-    device = _cupy.cuda.runtime.getDevice()
-    stream = _cupy.cuda.get_current_stream().ptr
-    ptr = lib.gpumem_alloc_nothrow(size, device, ctypes.c_void_p(stream))
+        return _Pointer(_cupy.cuda.memory.Memory(0), 0)
+    device = _get_device()
+    ptr = _alloc(size, device, _current_stream().ptr)
     if not ptr:
         message = _lib.last_error()
         try:
@@ -54,9 +61,7 @@ def _malloc(size: int):
         except Exception:
             err = MemoryError(message)
         raise err
-    owner = _Block(ptr, size, device)
-    mem = _cupy.cuda.UnownedMemory(ptr, size, owner, device)
-    return _cupy.cuda.MemoryPointer(mem, 0)
+    return _Pointer(_Unowned(ptr, size, _Block(ptr, size, device), device), 0)
 
 
 _in_use = False
@@ -66,8 +71,9 @@ def use(**options) -> None:
     """Makes gpumem CuPy's allocator (cupy.cuda.set_allocator), with gpumem::pool_options as
     keywords (idle_budget defaults to 0.05 here, as for PyTorch; see gpumem.torch.use). Options
     only count before gpumem's first allocation on a device."""
-    global _in_use
-    _lib.load()
+    global _in_use, _alloc, _free
+    lib = _lib.load()
+    _alloc, _free = lib.gpumem_alloc_nothrow, lib.gpumem_free
     if options:
         _lib.configure(options)
     _cupy.cuda.set_allocator(_malloc)
