@@ -196,6 +196,11 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std
     else if (key == "front_cache_peak_fraction") err = fraction(next.pool.front_cache_peak_fraction);
     else if (key == "reclaim_own_first") err = flag(next.pool.reclaim_own_first);
     else if (key == "wait_before_grow") err = flag(next.pool.wait_before_grow);
+    else if (key == "remap_time_budget") {
+      err = fraction(next.pool.remap_time_budget);
+      if (err.empty() && next.pool.remap_time_budget > 1.0)
+        err = "gpumem_configure: remap_time_budget: '" + std::string(value) + "' is more than all the time there is (at most 1)";
+    }
     else if (key == "zero_on_free") err = flag(next.pool.zero_on_free);
     else if (key == "grow_before_reclaim") err = flag(next.pool.grow_before_reclaim);
     else if (key == "trace") {
@@ -384,7 +389,9 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
 // release_threshold_bytes, max_reserved_bytes, small_max_bytes, min_segment_bytes,
 // address_range_bytes, front_cache_bytes, max_handle_bytes (sizes: bytes, K/M/G/T suffix, or "max"), front_cache,
 // zero_on_free (0/1), grow_before_reclaim (0/1), front_cache_grow_fraction (>= 0),
-// front_cache_peak_fraction (>= 0), reclaim_own_first (0/1), wait_before_grow (0/1), idle_budget (a fraction >= 0; 0.05 here by default, see default_options),
+// front_cache_peak_fraction (>= 0), reclaim_own_first (0/1), wait_before_grow (0/1),
+// remap_time_budget (a fraction of wall time, 0 to 1), idle_budget (a fraction >= 0; 0.05 here by
+// default, see default_options),
 // upstream (vmm|device|async), trace (a file path: every request recorded, see the top of this
 // file). Returns 0; -1 if a pool already exists (nothing
 // changed); -2 if the text is wrong (nothing changed). Details in gpumem_last_error().

@@ -3,6 +3,7 @@
 // `upstream` and streams only through an `ordering`, so the same code runs on the simulated device
 // and on a GPU.
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -120,6 +121,24 @@ struct pool_options {
   // and reserved 1.284x live on the GPU. The wait stalls the host, not the device: the GPU keeps
   // running the work already queued.
   bool wait_before_grow = false;
+  // Virtual upstreams: the most host time the pool spends moving idle granules (unmapping them and
+  // mapping them again where a request needs them), as a fraction of wall time; 0 (the default):
+  // no bound. Moving granules is what keeps the reserve tight, and on a GPU each granule moved
+  // costs tens of µs of the caller's time (36-56 µs on the H200, bench/RESULTS.md). The pool keeps
+  // a bucket of host time that fills at this fraction of the time that passes (up to one second's
+  // worth) and is drawn on by each move's measured driver time; while it is empty a request that
+  // needs granules grows instead of moving idle ones, until growing fails. So the pool spends at
+  // most about this share of a job's time on moves, whatever the job's shapes, and the reserve is
+  // as tight as that allows. The idle budget bounds memory and lets time float; this bounds time
+  // and lets memory float: on a job whose live memory falls to nothing between steps (bert's
+  // trace), no idle budget spares a move (bench/RESULTS.md, session 7).
+  double remap_time_budget = 0.0;
+  // With remap_time_budget: each granule moved is charged at least this many ns. The simulated
+  // device's calls cost nothing; set it to a GPU's cost to see there what the budget would do.
+  double remap_cost_ns_per_granule = 0.0;
+  // With remap_time_budget: the clock the budget runs on, in ns (empty: std::chrono::steady_clock).
+  // For tests that step time by hand.
+  std::function<std::uint64_t()> remap_clock_ns{};
 };
 
 // One range the pool tracks, for segment maps and reports.

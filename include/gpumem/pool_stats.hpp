@@ -25,6 +25,10 @@ struct pool_stats {
   std::uint64_t map_calls = 0;
   std::uint64_t unmap_calls = 0;
   std::uint64_t events_recorded = 0;
+  // pool_options::remap_time_budget (zeros without it): host time charged for moving granules, in
+  // ns, and the moves the budget turned down (the request grew instead).
+  std::uint64_t remap_ns = 0;
+  std::uint64_t remaps_deferred = 0;
   std::uint64_t front_hits = 0;        // requests served by a front cache without the arena
   double fragmentation() const noexcept {
     return peak_live_bytes ? double(peak_reserved_bytes) / double(peak_live_bytes) : 0.0;

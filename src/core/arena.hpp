@@ -65,6 +65,10 @@ struct arena_options {
   std::size_t max_handle_bytes = 0;
   // pool_options::wait_before_grow: host-wait for pending frees before growing.
   bool wait_before_grow = false;
+  // pool_options::remap_time_budget, remap_cost_ns_per_granule, remap_clock_ns.
+  double remap_time_budget = 0.0;
+  double remap_cost_ns_per_granule = 0.0;
+  std::function<std::uint64_t()> remap_clock_ns{};
 };
 
 class arena {
@@ -111,6 +115,10 @@ class arena {
   std::uint64_t map_calls() const noexcept { return map_calls_; }  // upstream calls (runs)
   std::uint64_t unmap_calls() const noexcept { return unmap_calls_; }
   bool is_virtual() const noexcept { return virtual_; }
+  // remap_time_budget: host time charged for moving granules (ns), and the moves it turned down
+  // (a request that then grew, or took what the budget's last resort gave).
+  std::uint64_t remap_ns() const noexcept { return remap_charged_ns_; }
+  std::uint64_t remaps_deferred() const noexcept { return remaps_deferred_; }
 
  private:
   enum class state : std::uint8_t { live, owned, ready, waiting };
@@ -155,6 +163,7 @@ class arena {
   struct piece {
     physical_handle h;
     std::size_t granules;
+    bool grown = false;  // created for this request; else a spare (memory moved from elsewhere)
   };
   // Maps every unmapped granule under [a, a + n) (ready memory); false if memory could not be had.
   bool map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why);
@@ -176,6 +185,13 @@ class arena {
   std::size_t top_idle_handle(std::size_t most, bool larger, std::size_t keep_lo, std::size_t keep_hi) const;
   bool handle_idle(std::size_t head) const;  // every granule of the handle at `head` idle
   std::size_t idle_budget_granules() const;
+  // remap_time_budget: true while the bucket of host time for moves is in debt (refilled first);
+  // remap_allowed is the opposite, and counts a refusal as a move deferred.
+  bool remap_budget_spent();
+  bool remap_allowed();
+  // Charges a move's host time: `ns` measured, at least the modeled cost of `granules`.
+  void charge_remap(std::uint64_t ns, std::size_t granules);
+  std::uint64_t now_ns() const;
   void map_pieces(std::size_t g0, const piece* pieces, std::size_t count, std::size_t& done);
   // Unmaps [g0, g1) — whole handles — and keeps their handles as spares.
   void unmap_run(std::size_t g0, std::size_t g1);
@@ -220,6 +236,13 @@ class arena {
   free_index runs_;
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;
+
+  // remap_time_budget's bucket: host time (ns) the pool may still spend moving granules; negative:
+  // in debt after a move that cost more than was there, repaid as time passes.
+  double remap_tokens_ns_ = 0;
+  std::uint64_t remap_refilled_at_ = 0;
+  std::uint64_t remap_charged_ns_ = 0, remaps_deferred_ = 0;
+  std::uint64_t remap_modeled_extra_ns_ = 0;  // modeled cost above the measured: time passed (now_ns)
 };
 
 }  // namespace gpumem::detail

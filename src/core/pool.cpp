@@ -131,10 +131,17 @@ struct pool::impl {
         arena(u, clock,
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
                                     op.release_threshold_bytes, op.idle_budget, op.grow_before_reclaim,
-                                    handle_bytes_for(op), op.wait_before_grow}),
+                                    handle_bytes_for(op), op.wait_before_grow, op.remap_time_budget,
+                                    op.remap_cost_ns_per_granule, op.remap_clock_ns}),
         slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));
+    if (!(op.remap_time_budget >= 0.0 && op.remap_time_budget <= 1.0))
+      throw std::invalid_argument(fmt::format(
+          "gpumem::pool: remap_time_budget {} is not a fraction of wall time in [0, 1]", op.remap_time_budget));
+    if (!(op.remap_cost_ns_per_granule >= 0.0 && op.remap_cost_ns_per_granule <= 1e12))
+      throw std::invalid_argument(fmt::format("gpumem::pool: remap_cost_ns_per_granule {} is not a cost in ns >= 0",
+                                              op.remap_cost_ns_per_granule));
     if (!(op.front_cache_grow_fraction >= 0.0 && op.front_cache_grow_fraction <= 1e3))
       throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_grow_fraction {} is not a fraction >= 0",
                                               op.front_cache_grow_fraction));
@@ -977,6 +984,8 @@ pool_stats pool::stats() const {
   s.upstream_releases = p.arena.upstream_releases();
   s.maps = p.arena.maps();
   s.unmaps = p.arena.unmaps();
+  s.remap_ns = p.arena.remap_ns();
+  s.remaps_deferred = p.arena.remaps_deferred();
   s.map_calls = p.arena.map_calls();
   s.unmap_calls = p.arena.unmap_calls();
   s.events_recorded = p.clock.events_recorded();

@@ -48,6 +48,9 @@ std::string changed_pool_options(const pool_options& o) {
     add(fmt::format("front_cache_peak_fraction={}", o.front_cache_peak_fraction));
   if (o.wait_before_grow != d.wait_before_grow) add(fmt::format("wait_before_grow={:d}", o.wait_before_grow));
   if (o.reclaim_own_first != d.reclaim_own_first) add(fmt::format("reclaim_own_first={:d}", o.reclaim_own_first));
+  if (o.remap_time_budget != d.remap_time_budget) add(fmt::format("remap_time_budget={}", o.remap_time_budget));
+  if (o.remap_cost_ns_per_granule != d.remap_cost_ns_per_granule)
+    add(fmt::format("remap_cost_ns_per_granule={}", o.remap_cost_ns_per_granule));
   if (o.front_cache_grow_fraction != d.front_cache_grow_fraction)
     add(fmt::format("front_cache_grow_fraction={}", o.front_cache_grow_fraction));
   return out;

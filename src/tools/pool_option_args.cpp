@@ -34,6 +34,20 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::wait_before_grow, host-wait for pending frees before growing (default "
                    "policy)");
+  app.add_option("--remap-time-budget", opts.remap_time_budget,
+                 std::string(what) +
+                     ": pool_options::remap_time_budget, the most host time spent moving idle granules, as a "
+                     "fraction of wall time (0, the default: no bound); past it the pool grows instead")
+      ->check(CLI::Number)
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option_function<double>(
+         "--remap-cost-us",
+         [&opts](double us) { opts.remap_cost_ns_per_granule = us * 1e3; },
+         std::string(what) +
+             ": pool_options::remap_cost_ns_per_granule in µs, the least a granule moved is charged against "
+             "--remap-time-budget (the simulated device's calls cost nothing; the H200's cost ~36)")
+      ->check(CLI::Range(0.0, 1e9));
   app.add_option_function<std::string>(
          "--max-handle-bytes",
          [&opts](const std::string& v) {

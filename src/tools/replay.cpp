@@ -91,6 +91,9 @@ nlohmann::json to_json(const replay_result& r) {
     // Allocations the calling thread's front cache served without the pool's lock: the fast path.
     j["allocations"] = r.stats.allocations;
     j["front_hits"] = r.stats.front_hits;
+    // --remap-time-budget: host time charged for moves, and the moves the budget turned down.
+    j["remap_ms"] = double(r.stats.remap_ns) / 1e6;
+    j["remaps_deferred"] = r.stats.remaps_deferred;
   }
   return j;
 }
@@ -118,6 +121,9 @@ void print_upstream(const replay_result& r) {
   fmt::print("  upstream: {:.2f} map + unmap calls per 1000 ops ({:.2f} granules mapped or unmapped); {} upstream allocations\n",
              r.per_1000_ops(r.stats.map_calls + r.stats.unmap_calls), r.per_1000_ops(r.stats.maps + r.stats.unmaps),
              r.stats.upstream_calls);
+  if (r.stats.remap_ns || r.stats.remaps_deferred)
+    fmt::print("  remap time budget: {:.3f} ms charged for moves, {} moves turned down\n",
+               double(r.stats.remap_ns) / 1e6, r.stats.remaps_deferred);
 }
 
 int run(const replay_args& a) {

@@ -1,10 +1,11 @@
 // A long randomized sequence against the shadow model: log-uniform sizes 1 B .. 64 MiB, random
 // power-of-two alignments up to 2 MiB, 4 simulated streams, frees in random order (sometimes on
 // another stream), record_use, stream completion, trim, and out-of-memory under a small capacity.
-// Cheap checks after every step, the O(blocks) ones every 1000 steps. 12 configurations x 300,000
-// operations = 3.6 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
+// Cheap checks after every step, the O(blocks) ones every 1000 steps. 14 configurations x 300,000
+// operations = 4.2 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -28,7 +29,11 @@ struct cfg {
   bool grow_first = false;
   double peak_fraction = 0.0;  // front_cache_peak_fraction
   bool own_first = false;      // reclaim_own_first
+  double remap_budget = 0.0;   // remap_time_budget, on a clock of 500 ns per step, 36 µs per granule moved
 };
+
+// The remap budget's clock in these runs: the step count, so a run is the same every time.
+std::atomic<std::uint64_t> step_clock_ns{0};
 
 std::uint64_t ops_per_config() {
   if (const char* e = std::getenv("GPUMEM_RANDOM_OPS")) return std::strtoull(e, nullptr, 10);
@@ -47,6 +52,10 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   po.grow_before_reclaim = c.grow_first;
   po.front_cache_peak_fraction = c.peak_fraction;
   po.reclaim_own_first = c.own_first;
+  po.remap_time_budget = c.remap_budget;
+  po.remap_cost_ns_per_granule = 36e3;
+  po.remap_clock_ns = [] { return step_clock_ns.load(); };
+  step_clock_ns = 0;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .virtual_memory = c.virtual_memory}, po);
   stream_ref streams[4];
   for (auto& s : streams) s = r.dev->create_stream();
@@ -58,6 +67,7 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   std::uint64_t step = 0;
   try {
     for (; step < n; ++step) {
+      step_clock_ns = step * 500;
       const auto op = g.below(1000);
       if (op < 520 && live.size() < 160) {
         const std::size_t bytes = gpumem::test::log_uniform(g.next(), g.next(), 1, std::size_t{64} << 20);
@@ -100,10 +110,11 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   EXPECT_EQ(r.p->stats().reserved_bytes, 0u);
   EXPECT_GT(allocs, n / 4);
   std::printf("[ random   ] %s: %llu ops: %llu allocs, %llu frees, %llu OOM, %llu record_use, %llu complete, %llu trim; "
-              "peak reserved/live %.3f\n",
+              "peak reserved/live %.3f; %llu moves deferred\n",
               c.name, (unsigned long long)n, (unsigned long long)allocs, (unsigned long long)frees,
               (unsigned long long)ooms, (unsigned long long)uses, (unsigned long long)completes,
-              (unsigned long long)trims, r.p->stats().fragmentation());
+              (unsigned long long)trims, r.p->stats().fragmentation(),
+              (unsigned long long)r.p->stats().remaps_deferred);
 }
 
 constexpr std::size_t keep_all = SIZE_MAX;
@@ -119,6 +130,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // Large front caches and the caller's own blocks before remapping.
                       cfg{"VirtualPeakCacheOwnFirst", true, 64 << 10, keep_all, 11, 0.0, 0, false, 1.0, true},
                       cfg{"VirtualPeakCacheOwnFirstRelease0", true, 64 << 10, 0, 12, 0.0, 0, false, 1.0, true},
+                      // Moves bounded by time: growth instead while the budget is spent, moves
+                      // again (and near the device's limit, always) when it is not.
+                      cfg{"VirtualRemapBudget", true, 64 << 10, keep_all, 13, 0.0, 0, false, 0.0, false, 0.02},
+                      cfg{"VirtualRemapBudgetRelease0", true, 64 << 10, 0, 14, 0.0, 0, false, 0.0, false, 0.02},
                       cfg{"Segments", false, 64 << 10, keep_all, 4},
                       cfg{"SegmentsNoSlabs", false, 0, keep_all, 5}, cfg{"SegmentsRelease0", false, 64 << 10, 0, 6}),
     [](const auto& info) { return std::string(info.param.name); });
