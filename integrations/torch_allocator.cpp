@@ -421,7 +421,7 @@ __attribute__((visibility("default"))) int gpumem_configure(const char* config) 
 // Returns how many it wrote, or -1 on error. Zeros for a device with no pool yet.
 __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint64_t* out, int n) noexcept {
   try {
-    constexpr int fields = 14;
+    constexpr int fields = 16;
     if (out == nullptr || n < 0) return -1;
     n = n < fields ? n : fields;
     std::uint64_t all[fields] = {};
@@ -430,7 +430,7 @@ __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint
       const std::uint64_t v[fields] = {s.live_bytes,     s.peak_live_bytes, s.reserved_bytes, s.peak_reserved_bytes,
                                        s.allocations,    s.deallocations,   s.upstream_calls, s.maps,
                                        s.unmaps,         s.map_calls,       s.unmap_calls,    s.events_recorded,
-                                       s.front_hits,     s.failed_allocations};
+                                       s.front_hits,     s.failed_allocations, s.remap_ns,     s.remaps_deferred};
       std::copy(v, v + fields, all);
     }
     std::copy(all, all + n, out);
