@@ -157,6 +157,16 @@ void print_tables(const std::vector<bench_result>& results, int reps) {
       }
       fmt::print("\n");
     }
+    // What gpumem's speed cost in memory, beside it: peak reserved / peak live and granules moved.
+    for (const auto& o : ours) {
+      std::string line;
+      for (const auto& p : params)
+        if (auto it = cell.find({p, o}); it != cell.end() && it->second->reserve_over_live > 0)
+          line += fmt::format("{}{} {:.3f} ({})", line.empty() ? "" : ", ", p.empty() ? pat : p,
+                              it->second->reserve_over_live, it->second->granules_moved);
+      if (!line.empty())
+        fmt::print("  {}: peak reserved / peak live (granules moved): {}\n", o, line);
+    }
   }
   for (const auto& r : results)
     if (!r.error.empty())

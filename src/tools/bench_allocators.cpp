@@ -29,6 +29,7 @@ class sim_pool_allocator final : public bench_allocator {
   std::string replay_resource() const override { return "pool"; }
   bool is_gpumem() const override { return true; }
   pool_options gpumem_pool_options() const override { return pool_.options(); }
+  std::optional<pool_stats> gpumem_stats() const override { return pool_.stats(); }
 
  private:
   static sim_options options() {

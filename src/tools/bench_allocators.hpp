@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ class bench_allocator {
   virtual bool is_gpumem() const { return false; }
   // gpumem's allocators: the pool options it runs with (replay through gpumem::replay uses them).
   virtual pool_options gpumem_pool_options() const { return {}; }
+  // gpumem's allocators: the pool's figures now (peaks since it was made); nullopt for the peers.
+  virtual std::optional<pool_stats> gpumem_stats() const { return std::nullopt; }
 };
 
 // Allocators are made one at a time and destroyed before the next, so their caches never compete

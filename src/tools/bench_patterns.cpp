@@ -36,6 +36,14 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+// gpumem's rows: the pool's peak reserved / peak live and granules moved so far, beside the speed.
+void note_pool(bench_result& r, const bench_allocator& a) {
+  if (const std::optional<pool_stats> st = a.gpumem_stats()) {
+    r.reserve_over_live = st->fragmentation();
+    r.granules_moved = st->maps + st->unmaps;
+  }
+}
+
 bench_result base(const bench_allocator& a, const char* pattern) {
   bench_result r;
   r.pattern = pattern;
@@ -250,6 +258,7 @@ std::vector<bench_result> bench_churn(bench_allocator& a, const bench_config& c)
     r.value = calibrated_median(a, run, c.churn_run_ms, c.reps, n) / 2;  // 2 ops per step
     r.reps = c.reps;
     r.ops = 2 * n;
+    note_pool(r, a);
   } catch (const std::exception& e) {
     r.error = e.what();
   }
@@ -341,6 +350,7 @@ std::vector<bench_result> bench_threads(bench_allocator& a, const bench_config& 
     }
     r.value = median(samples);
     r.reps = static_cast<int>(samples.size());
+    note_pool(r, a);
     out.push_back(std::move(r));
   }
   a.synchronize();
@@ -356,6 +366,9 @@ namespace {
 struct replay_pair_ns {
   double cold = 0, warm = 0;
   std::uint64_t ops = 0;  // in one pass
+  // gpumem's pools: peak reserved / peak live at the end of each pass, granules moved in each.
+  double cold_reserve = 0, warm_reserve = 0;
+  std::uint64_t cold_moved = 0, warm_moved = 0;
 };
 
 // The generic replay loop for allocators gpumem::replay does not know (the GPU ones): the same
@@ -432,6 +445,12 @@ replay_pair_ns replay_gpumem(bench_allocator& a, const trace& t, const std::stri
   if (!out.ops) return out;
   out.cold = rr.pass_log[0].seconds * 1e9 / double(out.ops);
   out.warm = (rr.pass_log[1].seconds - rr.pass_log[0].seconds) * 1e9 / double(out.ops);
+  if (rr.peak_live_bytes) {
+    out.cold_reserve = double(rr.pass_log[0].peak_reserved_bytes) / double(rr.peak_live_bytes);
+    out.warm_reserve = double(rr.pass_log[1].peak_reserved_bytes) / double(rr.peak_live_bytes);
+  }
+  out.cold_moved = rr.pass_log[0].granules_moved;
+  out.warm_moved = rr.pass_log[1].granules_moved - rr.pass_log[0].granules_moved;
   return out;
 }
 
@@ -458,6 +477,14 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
         colds.push_back(ns.cold);
         warms.push_back(ns.warm);
         cold.ops = warm.ops = ns.ops;
+        // The same every rep (placement depends on the trace alone): the last one's. Only gpumem's
+        // pool knows what it reserved (the malloc target counts requested bytes).
+        if (a.is_gpumem()) {
+          cold.reserve_over_live = ns.cold_reserve;
+          warm.reserve_over_live = ns.warm_reserve;
+          cold.granules_moved = ns.cold_moved;
+          warm.granules_moved = ns.warm_moved;
+        }
         if ((ns.cold + ns.warm) * double(ns.ops) > c.replay_max_run_s * 1e9) break;
       }
       cold.reps = warm.reps = static_cast<int>(colds.size());
@@ -484,6 +511,9 @@ std::string to_json_line(const bench_result& r) {
   } else {
     j += ",\"error\":" + json_string(r.error);
   }
+  if (r.reserve_over_live > 0)
+    j += ",\"peak_reserved_over_live\":" + json_number(r.reserve_over_live) +
+         ",\"granules_moved\":" + std::to_string(r.granules_moved);
   if (!r.pool_options.empty()) j += ",\"pool_options\":" + json_string(r.pool_options);
   j += ",\"reps\":" + std::to_string(r.reps) + ",\"ops_per_run\":" + std::to_string(r.ops) + "}";
   return j;

@@ -53,6 +53,11 @@ struct bench_result {
   int reps = 0;                 // timed runs the median is taken over
   std::uint64_t ops = 0;        // ops in one timed run (the last)
   std::string error;            // non-empty: the pattern failed; value is meaningless
+  // gpumem's rows of churn, threads and replay: what the speed cost in memory — the pool's peak
+  // reserved / peak live (0: not known) and the granules it mapped plus unmapped, over the pattern
+  // (threads: over every thread count so far; replay: over that pass).
+  double reserve_over_live = 0;
+  std::uint64_t granules_moved = 0;
   // gpumem's rows: the pool options that differ from the defaults ("idle_budget=0.05,
   // grow_before_reclaim=1"), so a JSON line says which pool it measured; empty: the defaults.
   std::string pool_options;
