@@ -7,7 +7,9 @@
 //           stream c>>6), 3-4 free (live[a % n] on stream b%4), 5 record_use, 6 complete(stream a%4),
 //   7 trim (a % 4 == 0) or toggle fail_every (a % 4 == 1).
 // The first byte picks the configuration: virtual or segments, slabs or none, release threshold 0,
-// capacity, idle budget, grow first, 8 MiB physical handles.
+// capacity, idle budget with a remap time budget, grow first, 8 MiB physical handles, large front
+// caches with the caller's own blocks first.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -16,13 +18,26 @@
 
 using namespace gpumem;
 
+namespace {
+// The remap time budget's clock: 500 ns per op, so an input replays the same every time.
+std::atomic<std::uint64_t> op_clock_ns{0};
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::uint8_t cfg = data[0];
   pool_options po;
   if (cfg & 2) po.small_max_bytes = 0;
   if (cfg & 4) po.release_threshold_bytes = 0;
-  if (cfg & 16) po.idle_budget = 0.5;  // keeps idle granules mapped; gives way when the device is full
+  if (cfg & 16) {
+    po.idle_budget = 0.5;  // keeps idle granules mapped; gives way when the device is full
+    // and moves bounded to 2 % of the time, 36 µs charged per granule: growth instead, and moves
+    // when the device is full
+    po.remap_time_budget = 0.02;
+    po.remap_cost_ns_per_granule = 36e3;
+    po.remap_clock_ns = [] { return op_clock_ns.load(); };
+  }
+  op_clock_ns = 0;
   if (cfg & 32) po.grow_before_reclaim = true;  // (with 32 MiB handles, by policy)
   if (cfg & 64) po.max_handle_bytes = std::size_t{8} << 20;  // handles of 4 granules, moved whole
   if (cfg & 128) {  // large front caches, and the caller's own blocks before remapping
@@ -37,6 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<held> live;
   std::size_t step = 0;
   for (std::size_t i = 1; i + 4 <= size; i += 4, ++step) {
+    op_clock_ns = step * 500;
     const std::uint8_t op = data[i] % 8, a = data[i + 1], b = data[i + 2], c = data[i + 3];
     switch (op) {
       case 0: case 1: case 2: {
