@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -419,6 +420,12 @@ replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
       failure = std::current_exception();
     }
     const double ns = elapsed_ns(t0);
+    // gpumem's pool on the GPU: its figures at the pass's end, before what is left live goes.
+    if (const std::optional<pool_stats> st = a.gpumem_stats()) {
+      const std::uint64_t moved = st->maps + st->unmaps;
+      (figure == &out.cold ? out.cold_reserve : out.warm_reserve) = st->fragmentation();
+      (figure == &out.cold ? out.cold_moved : out.warm_moved) = moved - out.cold_moved;
+    }
     for (auto& b : live)
       if (b.p) a.free(b.p, b.bytes, b.s);
     a.synchronize();
