@@ -589,6 +589,19 @@ std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t ke
   return g1 - g0;
 }
 
+// Handles a failed request had gathered: memory it created goes back to the upstream (a failure
+// must not leave the pool holding what it grabbed on the way), spares stay spares.
+void arena::give_back_pieces(const piece* begin, const piece* end) {
+  for (const piece* p = begin; p != end; ++p) {
+    if (p->grown) {
+      up_.release_physical(p->h, p->granules * granule_);
+      ++upstream_releases_;
+    } else {
+      add_spare(*p);
+    }
+  }
+}
+
 void arena::add_spare(const piece& p) {
   spares_.push_back({p.h, p.granules, false});  // mapped later, it is memory moved, not grown
   spare_granules_ += p.granules;
@@ -636,7 +649,7 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
   std::size_t have = 0, most_new = max_handle_granules_;
   const std::size_t first = got.size();
   auto fail = [&](std::string text) {
-    for (std::size_t i = first; i < got.size(); ++i) add_spare(got[i]);
+    give_back_pieces(got.data() + first, got.data() + got.size());
     got.resize(first);
     set_why(why, std::move(text));
     return false;
@@ -722,11 +735,24 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::stri
       runs.push_back({g, 1, 0});
   }
   if (runs.empty()) return true;
+  // More than the device can hold, whatever is moved: fail before creating any of it. (Else a
+  // request larger than the device — a size computed wrong — would create handles until the
+  // device refused, and a second attempt would do it again: on the H200, 70,000 calls.)
+  if (const std::size_t cap = up_.capacity_bytes()) {
+    std::size_t missing = 0;
+    for (const auto& r : runs) missing += r.count;
+    const std::size_t have = spare_granules_ + idle_.size();
+    if (missing > have && reserved_bytes() + (missing - have) * granule_ > cap) {
+      set_why(why, fmt::format("the device holds {} B: with {} B reserved, {} B more cannot fit", cap, reserved_bytes(),
+                               (missing - have) * granule_));
+      return false;
+    }
+  }
   std::vector<piece> got;
   for (auto& r : runs) {
     r.first_piece = got.size();
     if (!take_physical(r.count, g_lo, g_hi, may_grow, got, why)) {
-      for (const auto& p : got) add_spare(p);
+      give_back_pieces(got.data(), got.data() + got.size());
       return false;
     }
   }

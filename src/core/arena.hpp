@@ -196,6 +196,7 @@ class arena {
   // Unmaps [g0, g1) — whole handles — and keeps their handles as spares.
   void unmap_run(std::size_t g0, std::size_t g1);
   void add_spare(const piece& p);     // a handle not mapped, kept; spare_granules_ follows
+  void give_back_pieces(const piece* begin, const piece* end);  // a failed request's handles
   void release_spare(std::size_t i);  // spare `i` back to the upstream
   // [a, e) — inside one ready block of the other kind — becomes mapped (or unmapped) ready memory.
   void set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped);

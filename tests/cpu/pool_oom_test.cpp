@@ -127,6 +127,40 @@ TEST_P(Oom, EveryUpstreamCallRefusedThrowsAndLeavesNothing) {
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }
 
+// A request larger than the device (a size computed wrong, say) must not leave the pool holding
+// the device: on the H200 a 200 GiB request left 139 GiB reserved as spares, memory no other
+// user of the GPU could then have (session 7).
+TEST_P(Oom, ARequestLargerThanTheDeviceTakesNoMemoryOnTheWay) {
+  sim_pool_rig r(sim_options{.capacity_bytes = 256 * MiB, .virtual_memory = GetParam()}, pool_options{});
+  void* a = r.allocate(16 * MiB, 256, 0);
+  const std::size_t before = r.p->stats().reserved_bytes;
+  EXPECT_THROW(r.p->allocate(512 * MiB, 256, 0), out_of_memory);
+  EXPECT_EQ(r.p->stats().reserved_bytes, before);
+  EXPECT_EQ(r.dev->used_bytes(), before);
+  EXPECT_EQ(r.p->stats().peak_reserved_bytes, before) << "it grew on the way to failing";
+  r.model->check_full();
+  r.deallocate(a, 0);
+  r.free_all_and_trim();
+}
+
+// Another user of the device holds most of it: the request fits the device's size but not what is
+// left. Whatever the pool created on the way to failing goes back.
+TEST_P(Oom, AFailedGrowthGivesBackWhatItCreated) {
+  sim_pool_rig r(sim_options{.capacity_bytes = 256 * MiB, .virtual_memory = GetParam()}, pool_options{});
+  pool other(r.dev->memory(), r.dev->streams(), pool_options{});
+  void* held = other.allocate(160 * MiB, 256, 0);  // 96 MiB of the device left
+  void* a = r.allocate(16 * MiB, 256, 0);
+  const std::size_t before = r.p->stats().reserved_bytes;
+  EXPECT_THROW(r.p->allocate(128 * MiB, 256, 0), out_of_memory);
+  EXPECT_EQ(r.p->stats().reserved_bytes, before);
+  EXPECT_EQ(r.dev->used_bytes(), before + other.stats().reserved_bytes);
+  r.model->check_full();
+  r.deallocate(a, 0);
+  r.free_all_and_trim();
+  other.deallocate(held, 160 * MiB, 256, 0);
+  other.trim();
+}
+
 INSTANTIATE_TEST_SUITE_P(Pool, Oom, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Virtual" : "Segments"; });
 
