@@ -60,7 +60,9 @@ st = gpumem.stats()
 check("trim gives back what no array holds", st["reserved_bytes"] <= min(held, st["live_bytes"] + (32 << 20)),
       f"reserved {held} -> {st['reserved_bytes']}, live {st['live_bytes']}")
 
-# 200 GiB: more than the device holds, but a plausible request, so the pool tries and reports.
+# 200 GiB: more than the device holds, but a plausible request, so the pool tries and reports —
+# and holds no more memory afterwards than before (it once kept the whole device as spares).
+reserved_before = gpumem.stats()["reserved_bytes"]
 try:
     cp.empty(200 << 30, dtype=cp.uint8)
     check("an allocation larger than the device raises", False)
@@ -69,6 +71,9 @@ except cp.cuda.memory.OutOfMemoryError as e:
           "reserved" in str(e) and "largest free block" in str(e), str(e)[:200].replace("\n", " "))
 except Exception as e:  # noqa: BLE001
     check("an allocation larger than the device raises OutOfMemoryError", False, f"{type(e).__name__}: {e}"[:200])
+reserved_after = gpumem.stats()["reserved_bytes"]
+check("the failed request left no memory reserved", reserved_after <= reserved_before,
+      f"reserved {reserved_before} -> {reserved_after}")
 
 x = cp.ones(1000, dtype=cp.float32)
 check("allocation works after the failure", float(x.sum()) == 1000.0)
