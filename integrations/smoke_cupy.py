@@ -5,8 +5,6 @@ and an allocation larger than the device that must raise CuPy's OutOfMemoryError
 report (reserved, live, largest free block, advice) in its message.
     PYTHONPATH=integrations/python GPUMEM_LIB=build/integrations python3 integrations/smoke_cupy.py
 Exit 0 when every check passed; prints one line per check."""
-import sys
-
 import numpy as np
 
 import gpumem
@@ -15,15 +13,7 @@ import gpumem.cupy
 gpumem.cupy.use()   # before any CuPy allocation
 
 import cupy as cp  # noqa: E402
-
-failures = []
-
-
-def check(name, cond, detail=""):
-    print(f"{'ok  ' if cond else 'FAIL'} {name} {detail}", flush=True)
-    if not cond:
-        failures.append(name)
-
+from smoke_checks import check, finish  # noqa: E402
 
 print("cupy", cp.__version__, "device", cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
 
@@ -78,5 +68,4 @@ check("the failed request left no memory reserved", reserved_after <= reserved_b
 x = cp.ones(1000, dtype=cp.float32)
 check("allocation works after the failure", float(x.sum()) == 1000.0)
 
-print("SMOKE", "FAIL " + ", ".join(failures) if failures else "ok")
-sys.exit(1 if failures else 0)
+finish()

@@ -13,15 +13,7 @@ import gpumem.torch
 gpumem.torch.use()   # before any CUDA allocation
 
 import torch  # noqa: E402
-
-failures = []
-
-
-def check(name, cond, detail=""):
-    print(f"{'ok  ' if cond else 'FAIL'} {name} {detail}", flush=True)
-    if not cond:
-        failures.append(name)
-
+from smoke_checks import check, finish  # noqa: E402
 
 print("torch", torch.__version__, "device", torch.cuda.get_device_name(0), "hooks", gpumem.torch.hooks)
 
@@ -131,5 +123,4 @@ for row in rows:
 check("trace records every request", len(rows) >= 4 and bad == 0 and not live,
       f"{len(rows)} rows, {bad} frees of unknown pointers, {len(live)} left live")
 
-print("SMOKE", "PASS" if not failures else "FAIL " + ",".join(failures))
-sys.exit(1 if failures else 0)
+finish()
