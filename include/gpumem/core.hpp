@@ -16,6 +16,12 @@
 //   spare        a physical granule the pool holds but has unmapped, ready to be mapped anywhere.
 //   harvest      unmapping the whole granules inside free blocks to make spares, so a request that
 //                needs contiguous space reuses physical memory instead of growing.
+//   idle         a mapped granule no live or stream-owned block touches: what harvest takes.
+//   move         a harvested granule mapped again where a request needs it (same memory, no copy;
+//                tens of µs of driver calls on a GPU). "Granules moved" counts maps + unmaps.
+//   growth       physical memory newly created from the upstream (reserved goes up).
+//   idle budget  idle memory kept mapped (a share of live) rather than moved elsewhere.
+//   remap time budget  host time for moves, as a share of wall time; spent, the pool grows instead.
 //   block        a contiguous address range [addr, addr + size) the arena tracks, live or free.
 //   arena        the best-fit index over blocks: splits, coalesces, grows, harvests. One lock.
 //   size class   a rounded request size; small classes are served from slabs.
