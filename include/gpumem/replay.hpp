@@ -24,6 +24,12 @@ struct replay_options {
   // this many operations, as a GPU running behind the host (memory freed on a stream stays busy
   // until then); 0: at once, a device that keeps up.
   std::size_t device_lag_ops = 0;
+  // Pool resources with pool.remap_time_budget: the budget's clock runs on the trace's own
+  // timestamps — the recorded job's time, GPU work included — instead of the replay's, which
+  // does nothing but allocate and so would make any budget bind. Rows without a time keep the
+  // last one; a soak's passes follow each other; a time earlier than the last by over 12 h is
+  // taken as the next day.
+  bool trace_clock = false;
   std::size_t timeline_points = 0;  // > 0: keep about this many (downsampled) points of the timeline
   bool segment_map_at_peak = false; // keep the pool's block map at the moment of peak reserved
   // Replays the trace this many times back to back on the same resource (a soak).

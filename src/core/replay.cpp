@@ -186,7 +186,36 @@ constexpr std::size_t max_pass_log = 1000;
 
 }  // namespace
 
-replay_result replay(const trace& t, const replay_options& opts) {
+// replay_options::trace_clock: the job's time at the row being replayed, in ns since its first row.
+class trace_time {
+ public:
+  void at(std::int64_t time_us) {
+    if (time_us < 0) return;
+    constexpr std::int64_t day_us = 24LL * 3600 * 1000000, half_day_us = day_us / 2;
+    if (first_us_ < 0) first_us_ = time_us;
+    if (last_us_ >= 0 && time_us + day_offset_us_ < last_us_ - half_day_us) day_offset_us_ += day_us;
+    last_us_ = std::max(last_us_, time_us + day_offset_us_);
+    now_ns_ = static_cast<std::uint64_t>(pass_offset_us_ + last_us_ - first_us_) * 1000;
+  }
+  // The next pass starts right after this one ended.
+  void next_pass() {
+    if (last_us_ < 0) return;
+    pass_offset_us_ += last_us_ - first_us_ + 1;
+    first_us_ = last_us_ = -1;
+    day_offset_us_ = 0;
+  }
+  std::uint64_t now_ns() const { return now_ns_; }
+
+ private:
+  std::int64_t first_us_ = -1, last_us_ = -1, day_offset_us_ = 0, pass_offset_us_ = 0;
+  std::uint64_t now_ns_ = 0;
+};
+
+replay_result replay(const trace& t, const replay_options& given) {
+  // Declared before the target, whose pool may read it until the target goes.
+  trace_time job_time;
+  replay_options opts = given;
+  if (opts.trace_clock) opts.pool.remap_clock_ns = [&job_time] { return job_time.now_ns(); };
   auto tgt = make_replay_target(opts);
   replay_result r;
   r.trace = t.name;
@@ -226,8 +255,10 @@ replay_result replay(const trace& t, const replay_options& opts) {
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t pass = 0; pass < passes; ++pass) {
   if (pass == 1) r.reserved_after_first_pass_bytes = tgt->peak_reserved();
+  if (pass > 0) job_time.next_pass();
   for (std::uint64_t i = 0; i < total; ++i) {
     const trace_record& rec = t.records[i];
+    if (opts.trace_clock) job_time.at(rec.time_us);
     switch (rec.action) {
       case trace_action::allocate: {
         const stream_ref s = tgt->stream_for(rec.stream);

@@ -27,6 +27,7 @@ struct replay_args {
   std::string ops;           // --ops: a count; empty: --passes decides
   std::string verify_every;  // --verify-every: a count; empty: no integrity checks
   std::size_t device_lag = 0;  // --device-lag
+  bool trace_clock = false;    // --trace-clock
   pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
@@ -132,6 +133,7 @@ int run(const replay_args& a) {
   base.passes = a.passes;
   base.pool = a.pool;
   base.device_lag_ops = a.device_lag;
+  base.trace_clock = a.trace_clock;
   if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
   if (!a.verify_every.empty()) {
     base.check_integrity = true;
@@ -202,6 +204,9 @@ const registrar reg{command{
                      "as a GPU running behind the host (0, the default: at once)")
           ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40))
           ->capture_default_str();
+      sub.add_flag("--trace-clock", args->trace_clock,
+                   "pool resources with --remap-time-budget: the budget runs on the trace's timestamps (the "
+                   "recorded job's time, its GPU work included) instead of the replay's own");
       add_pool_tuning_options(sub, args->pool, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
