@@ -184,8 +184,6 @@ std::size_t passes_for(const replay_options& o, const trace_slots& slots, const 
 // A soak's per-pass log keeps at most this many entries (every k-th pass, and the last).
 constexpr std::size_t max_pass_log = 1000;
 
-}  // namespace
-
 // replay_options::trace_clock: the job's time at the row being replayed, in ns since its first row.
 class trace_time {
  public:
@@ -210,6 +208,8 @@ class trace_time {
   std::int64_t first_us_ = -1, last_us_ = -1, day_offset_us_ = 0, pass_offset_us_ = 0;
   std::uint64_t now_ns_ = 0;
 };
+
+}  // namespace
 
 replay_result replay(const trace& t, const replay_options& given) {
   // Declared before the target, whose pool may read it until the target goes.

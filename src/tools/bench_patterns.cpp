@@ -364,12 +364,15 @@ namespace {
 // One cold and one warm figure of a trace on one allocator, ns per op: the first pass on a fresh
 // allocator (growing from nothing: driver calls included) and a second pass right after it (the
 // memory already reserved: what a job's later steps pay).
+struct replay_pass {
+  double ns_per_op = 0;
+  // gpumem's pools: peak reserved / peak live at the pass's end, granules moved in the pass.
+  double reserve = 0;
+  std::uint64_t moved = 0;
+};
 struct replay_pair_ns {
-  double cold = 0, warm = 0;
+  replay_pass cold, warm;
   std::uint64_t ops = 0;  // in one pass
-  // gpumem's pools: peak reserved / peak live at the end of each pass, granules moved in each.
-  double cold_reserve = 0, warm_reserve = 0;
-  std::uint64_t cold_moved = 0, warm_moved = 0;
 };
 
 // The generic replay loop for allocators gpumem::replay does not know (the GPU ones): the same
@@ -398,7 +401,8 @@ replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
   const std::uint32_t slots = resolved.count;
   struct slot { void* p = nullptr; std::size_t bytes = 0; stream_ref s = 0; };
   replay_pair_ns out;
-  for (double* figure : {&out.cold, &out.warm}) {
+  std::uint64_t moved_before = 0;  // gpumem's pool: granules moved before this pass
+  for (replay_pass* pass : {&out.cold, &out.warm}) {
     std::vector<slot> live(slots);
     std::uint64_t n = 0;
     std::exception_ptr failure;
@@ -422,15 +426,15 @@ replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
     const double ns = elapsed_ns(t0);
     // gpumem's pool on the GPU: its figures at the pass's end, before what is left live goes.
     if (const std::optional<pool_stats> st = a.gpumem_stats()) {
-      const std::uint64_t moved = st->maps + st->unmaps;
-      (figure == &out.cold ? out.cold_reserve : out.warm_reserve) = st->fragmentation();
-      (figure == &out.cold ? out.cold_moved : out.warm_moved) = moved - out.cold_moved;
+      pass->reserve = st->fragmentation();
+      pass->moved = st->maps + st->unmaps - moved_before;
+      moved_before = st->maps + st->unmaps;
     }
     for (auto& b : live)
       if (b.p) a.free(b.p, b.bytes, b.s);
     a.synchronize();
     if (failure) std::rethrow_exception(failure);
-    *figure = n ? ns / double(n) : 0;
+    pass->ns_per_op = n ? ns / double(n) : 0;
     out.ops = n;
   }
   return out;
@@ -450,14 +454,15 @@ replay_pair_ns replay_gpumem(bench_allocator& a, const trace& t, const std::stri
   replay_pair_ns out;
   out.ops = rr.ops / 2;
   if (!out.ops) return out;
-  out.cold = rr.pass_log[0].seconds * 1e9 / double(out.ops);
-  out.warm = (rr.pass_log[1].seconds - rr.pass_log[0].seconds) * 1e9 / double(out.ops);
+  const soak_pass &first = rr.pass_log[0], &second = rr.pass_log[1];
+  out.cold.ns_per_op = first.seconds * 1e9 / double(out.ops);
+  out.warm.ns_per_op = (second.seconds - first.seconds) * 1e9 / double(out.ops);
   if (rr.peak_live_bytes) {
-    out.cold_reserve = double(rr.pass_log[0].peak_reserved_bytes) / double(rr.peak_live_bytes);
-    out.warm_reserve = double(rr.pass_log[1].peak_reserved_bytes) / double(rr.peak_live_bytes);
+    out.cold.reserve = double(first.peak_reserved_bytes) / double(rr.peak_live_bytes);
+    out.warm.reserve = double(second.peak_reserved_bytes) / double(rr.peak_live_bytes);
   }
-  out.cold_moved = rr.pass_log[0].granules_moved;
-  out.warm_moved = rr.pass_log[1].granules_moved - rr.pass_log[0].granules_moved;
+  out.cold.moved = first.granules_moved;
+  out.warm.moved = second.granules_moved - first.granules_moved;
   return out;
 }
 
@@ -481,18 +486,18 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
         bench_allocator& a = rep ? fresh() : first;
         const std::string res = a.replay_resource();
         const replay_pair_ns ns = res.empty() ? replay_generic(a, t) : replay_gpumem(a, t, res);
-        colds.push_back(ns.cold);
-        warms.push_back(ns.warm);
+        colds.push_back(ns.cold.ns_per_op);
+        warms.push_back(ns.warm.ns_per_op);
         cold.ops = warm.ops = ns.ops;
         // The same every rep (placement depends on the trace alone): the last one's. Only gpumem's
         // pool knows what it reserved (the malloc target counts requested bytes).
         if (a.is_gpumem()) {
-          cold.reserve_over_live = ns.cold_reserve;
-          warm.reserve_over_live = ns.warm_reserve;
-          cold.granules_moved = ns.cold_moved;
-          warm.granules_moved = ns.warm_moved;
+          cold.reserve_over_live = ns.cold.reserve;
+          warm.reserve_over_live = ns.warm.reserve;
+          cold.granules_moved = ns.cold.moved;
+          warm.granules_moved = ns.warm.moved;
         }
-        if ((ns.cold + ns.warm) * double(ns.ops) > c.replay_max_run_s * 1e9) break;
+        if ((ns.cold.ns_per_op + ns.warm.ns_per_op) * double(ns.ops) > c.replay_max_run_s * 1e9) break;
       }
       cold.reps = warm.reps = static_cast<int>(colds.size());
       cold.value = median(std::move(colds));
