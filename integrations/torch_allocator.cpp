@@ -196,6 +196,7 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std
     else if (key == "front_cache_peak_fraction") err = fraction(next.pool.front_cache_peak_fraction);
     else if (key == "reclaim_own_first") err = flag(next.pool.reclaim_own_first);
     else if (key == "wait_before_grow") err = flag(next.pool.wait_before_grow);
+    else if (key == "stream_ordered_moves") err = flag(next.pool.stream_ordered_moves);
     else if (key == "remap_time_budget") {
       err = fraction(next.pool.remap_time_budget);
       if (err.empty() && next.pool.remap_time_budget > 1.0)

@@ -29,6 +29,9 @@ struct pool_stats {
   // ns, and the moves the budget turned down (the request grew instead).
   std::uint64_t remap_ns = 0;
   std::uint64_t remaps_deferred = 0;
+  // pool_options::stream_ordered_moves: granules mapped under a request on the stream that had
+  // freed them while its work was still queued (part of `maps`).
+  std::uint64_t stream_ordered_moves = 0;
   std::uint64_t front_hits = 0;        // requests served by a front cache without the arena
   double fragmentation() const noexcept {
     return peak_live_bytes ? double(peak_reserved_bytes) / double(peak_live_bytes) : 0.0;

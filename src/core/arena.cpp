@@ -39,6 +39,13 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
 
 arena::~arena() {
   if (virtual_) {
+    // Retiring places first: they own no handle, so the loop below, which releases each mapped
+    // handle once, must not see them.
+    for (std::uintptr_t a : retiring_) {
+      const std::size_t g0 = granule_of(a), g1 = granule_of(a + blocks_.at(a).size);
+      up_.unmap(reinterpret_cast<void*>(a), (g1 - g0) * granule_);
+      for (std::size_t g = g0; g < g1; ++g) granule_handle_[g] = physical_handle{0};
+    }
     for (std::size_t g = 0; g < granule_handle_.size();) {
       if (granule_handle_[g].value == 0) {
         ++g;
@@ -177,13 +184,13 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
     set_why(why, "no mapped place fits");
     return 0;
   }
-  if (!map_window(start, size, may_grow, why)) {
+  if (!map_window(start, size, s, may_grow, why)) {
     // When its granules cannot be had, the cheapest place anywhere may still fit (at the top of
     // the mapped range, where the last granule is partly mapped): try that once.
     std::uintptr_t other = 0;
     std::size_t other_cost = 0;
     if (!place(size, alignment, s, SIZE_MAX, other, other_cost) || other_cost >= cost ||
-        !map_window(other, size, may_grow, why))
+        !map_window(other, size, s, may_grow, why))
       return 0;
     start = other;
   }
@@ -471,6 +478,7 @@ void arena::map_pieces(std::size_t g0, const piece* pieces, std::size_t count, s
     }
     const std::size_t from = g;
     for (; done < end; ++done) {
+      if (pieces[done].alias) stream_ordered_moved_ += pieces[done].granules;
       for (std::size_t k = 0; k < pieces[done].granules; ++k, ++g) {
         granule_handle_[g] = pieces[done].h;
         handle_head_[g] = static_cast<std::uint32_t>(k);
@@ -589,6 +597,103 @@ std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t ke
   return g1 - g0;
 }
 
+std::size_t arena::move_pending(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, stream_ref s,
+                                bool within_budget, std::vector<piece>& got) {
+  if (!opts_.stream_ordered_moves || want == 0 || (within_budget && opts_.keep_idle)) return 0;
+  auto mine = owned_.find(s);
+  if (mine == owned_.end()) return 0;
+  // The stream's largest free blocks first: a handle all free for it most likely lies under one.
+  // A bounded look: this runs before every growth.
+  int looked = 0;
+  for (auto c = mine->second.rbegin(); c != mine->second.rend() && looked < 32; ++c, ++looked) {
+    const std::uintptr_t end = c->second + c->first;
+    for (std::size_t g = granule_of(c->second); g < granule_handle_.size() && granule_addr(g) < end;) {
+      if (!granule_handle_[g].value) {
+        ++g;
+        continue;
+      }
+      const std::size_t head = g - handle_head_[g], n = handle_granules_[head];
+      const bool kept = head < keep_hi && head + n > keep_lo;
+      if (n <= want && !kept && free_for(head, s)) {
+        // Within the idle budget the pool keeps that share of live memory cached, as harvest does.
+        if (within_budget && (reserved_bytes() - allocated_) / granule_ < idle_budget_granules() + n) return 0;
+        const piece p{granule_handle_[head], n, false, true, granule_addr(head)};
+        retire(head, head + n, s);
+        got.push_back(p);
+        return n;
+      }
+      g = head + n;
+    }
+  }
+  return 0;
+}
+
+bool arena::free_for(std::size_t head, stream_ref s) const {
+  const std::uintptr_t a = granule_addr(head), e = granule_addr(head + handle_granules_[head]);
+  for (auto b = std::prev(blocks_.upper_bound(a)); b != blocks_.end() && b->first < e; ++b) {
+    const block& x = b->second;
+    if (x.st == state::ready ? !x.mapped : !(x.st == state::owned && x.stream == s)) return false;
+  }
+  return true;
+}
+
+// The blocks over [g0, g1) — ready, or owned by `s` — become one retiring block, out of every
+// index and run; blocks reaching past either end are split there and keep their outer part.
+void arena::retire(std::size_t g0, std::size_t g1, stream_ref s) {
+  const std::uintptr_t a = granule_addr(g0), e = granule_addr(g1);
+  auto split_at = [&](std::uintptr_t x) {
+    auto b = block_at(x);
+    if (b->first == x || b->first + b->second.size <= x) return;
+    index_erase(b);
+    const block& y = b->second;
+    auto right = blocks_.emplace(x, block{b->first + y.size - x, y.segment, y.st, y.mapped, y.stream, y.seq, {}}).first;
+    b->second.size = x - b->first;
+    index_insert(b);
+    index_insert(right);
+  };
+  split_at(a);
+  if (e < range_base_ + range_bytes_) split_at(e);
+  auto it = blocks_.find(a);
+  const std::uint32_t segment = it->second.segment;
+  std::uint64_t seq = 0;
+  while (it != blocks_.end() && it->first < e) {
+    index_erase(it);
+    if (it->second.st == state::ready) add_busy(it->first, it->second.size, true);  // no one may take it now
+    else seq = std::max(seq, it->second.seq);
+    it = blocks_.erase(it);
+  }
+  blocks_.emplace(a, block{e - a, segment, state::retiring, true, s, seq, {}});
+  run_remove(a, e - a);
+  retiring_.push_back(a);
+  retiring_granules_ += g1 - g0;
+}
+
+// The stream ran past every free at this place: unmapped (its handle lives at its new place),
+// ready unmapped memory again. The unmap is the second half of a
+// move, charged to the remap time budget as harvest's is.
+void arena::finish_retiring(block_map::iterator it) {
+  const std::uintptr_t a = it->first;
+  const std::size_t g0 = granule_of(a), g1 = granule_of(a + it->second.size);
+  const std::uint64_t t0 = opts_.remap_time_budget > 0 ? now_ns() : 0;
+  up_.unmap(reinterpret_cast<void*>(a), (g1 - g0) * granule_);
+  if (opts_.remap_time_budget > 0) charge_remap(now_ns() - t0, g1 - g0);
+  ++unmap_calls_;
+  for (std::size_t g = g0; g < g1; ++g) {
+    granule_handle_[g] = physical_handle{0};
+    handle_head_[g] = handle_granules_[g] = 0;
+    --mapped_;
+    ++unmaps_;
+  }
+  retiring_granules_ -= g1 - g0;
+  add_busy(a, it->second.size, false);  // unmapped now: not idle
+  it->second.st = state::ready;
+  it->second.mapped = false;
+  it->second.stream = 0;
+  it->second.seq = 0;
+  run_add(a, it->second.size);
+  make_free(it);
+}
+
 // Handles a failed request had gathered: memory it created goes back to the upstream (a failure
 // must not leave the pool holding what it grabbed on the way), spares stay spares.
 void arena::give_back_pieces(const piece* begin, const piece* end) {
@@ -597,9 +702,23 @@ void arena::give_back_pieces(const piece* begin, const piece* end) {
       up_.release_physical(p->h, p->granules * granule_);
       ++upstream_releases_;
     } else {
-      add_spare(*p);
+      keep_unmapped(*p);
     }
   }
+}
+
+void arena::keep_unmapped(const piece& p) {
+  // A request that gathered a handle from a retiring place and then failed (a first attempt that
+  // may not grow fails often) puts it back: the place was only marked, no driver call was made,
+  // so it is its stream's free memory again. (A spare instead if a wait meanwhile unmapped it.)
+  auto it = p.alias ? blocks_.find(p.from) : blocks_.end();
+  if (it == blocks_.end() || it->second.st != state::retiring || granule_handle_[granule_of(p.from)] != p.h)
+    return add_spare(p);
+  retiring_.erase(std::find(retiring_.begin(), retiring_.end(), p.from));
+  retiring_granules_ -= p.granules;
+  it->second.st = state::owned;  // every byte stays busy until the stream runs past `seq`
+  run_add(it->first, it->second.size);
+  make_free(it);
 }
 
 void arena::add_spare(const piece& p) {
@@ -643,8 +762,8 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got) {
   return true;
 }
 
-bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, bool may_grow,
-                          std::vector<piece>& got, std::string* why) {
+bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s,
+                          const alias_room& room, bool may_grow, std::vector<piece>& got, std::string* why) {
   bool covered = false, waited = false;
   std::size_t have = 0, most_new = max_handle_granules_;
   const std::size_t first = got.size();
@@ -662,7 +781,8 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     }
     // Same physical memory, mapped where it is needed now: no growth, no copy. (Unless the
     // remap time budget is spent: then growth first, and moves only when growing fails.)
-    if (remap_allowed() && harvest(rest, keep_lo, keep_hi, true)) continue;
+    const bool may_move = remap_allowed();
+    if (may_move && harvest(rest, keep_lo, keep_hi, true)) continue;
     if (!covered) {
       covered = true;
       clock_.cover_all();
@@ -670,6 +790,12 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
         promote();
         continue;
       }
+    }
+    // Memory this stream freed whose work is still queued: busy for every other stream, but this
+    // request's work runs after it — map it here too, and let its old place retire.
+    if (may_move && move_pending(room.want(have, rest), keep_lo, keep_hi, s, true, got)) {
+      have += got.back().granules;
+      continue;
     }
     if (!may_grow) return fail("growth needed");
     // Idle memory above the budget that is only in handles too large for this run: give one back
@@ -706,6 +832,10 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     // No growth: the idle granules the budget kept come before waiting and failing.
     if (harvest(rest, keep_lo, keep_hi, false)) continue;
     if (release_oversized(rest, keep_lo, keep_hi, false)) continue;
+    if (move_pending(room.want(have, rest), keep_lo, keep_hi, s, false, got)) {
+      have += got.back().granules;
+      continue;
+    }
     if (!waited) {
       waited = true;
       if (clock_.wait_all()) {
@@ -719,7 +849,7 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
   return true;
 }
 
-bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why) {
+bool arena::map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_grow, std::string* why) {
   const std::size_t g_lo = granule_of(a), g_hi = granule_of(a + n - 1) + 1;
   // Runs of missing granules: each lies in one unmapped block and is filled with handles adding
   // up to its length exactly, mapped in one go.
@@ -738,20 +868,26 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::stri
   // More than the device can hold, whatever is moved: fail before creating any of it. (Else a
   // request larger than the device — a size computed wrong — would create handles until the
   // device refused, and a second attempt would do it again: on the H200, 70,000 calls.)
+  // The test is what any success needs — the live bytes plus the granules to map — so memory
+  // that could still be moved or waited for (idle, spare, freed on a stream still running) never
+  // fails a request that fits.
   if (const std::size_t cap = up_.capacity_bytes()) {
     std::size_t missing = 0;
     for (const auto& r : runs) missing += r.count;
-    const std::size_t have = spare_granules_ + idle_.size();
-    if (missing > have && reserved_bytes() + (missing - have) * granule_ > cap) {
-      set_why(why, fmt::format("the device holds {} B: with {} B reserved, {} B more cannot fit", cap, reserved_bytes(),
-                               (missing - have) * granule_));
+    if (allocated_ + missing * granule_ > cap) {
+      set_why(why, fmt::format("the device holds {} B: with {} B live, {} B more cannot fit", cap, allocated_,
+                               missing * granule_));
       return false;
     }
   }
+  // Memory moved in stream order may land only on granules the request covers whole: the rest of
+  // a granule it maps is free for every stream at once, and that memory is still in use at its
+  // old place until `s` runs past it.
+  const std::size_t whole_lo = granule_of(align_up(a, granule_)), whole_hi = granule_of(a + n);
   std::vector<piece> got;
   for (auto& r : runs) {
     r.first_piece = got.size();
-    if (!take_physical(r.count, g_lo, g_hi, may_grow, got, why)) {
+    if (!take_physical(r.count, g_lo, g_hi, s, alias_room{r.g0, whole_lo, whole_hi}, may_grow, got, why)) {
       give_back_pieces(got.data(), got.data() + got.size());
       return false;
     }
@@ -762,7 +898,7 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::stri
     try {
       map_pieces(runs[i].g0, got.data() + runs[i].first_piece, end - runs[i].first_piece, done);
     } catch (...) {
-      for (std::size_t k = runs[i].first_piece + done; k < got.size(); ++k) add_spare(got[k]);
+      for (std::size_t k = runs[i].first_piece + done; k < got.size(); ++k) keep_unmapped(got[k]);
       throw;
     }
   }
@@ -805,6 +941,18 @@ bool arena::is_free_block_start(std::uintptr_t addr) const {
 }
 
 void arena::promote() {
+  // Retiring places first: a handle's new place can turn ready only after its stream ran past the
+  // frees at the old one (same stream, later free), so by then the old place is unmapped.
+  for (std::size_t i = 0; i < retiring_.size();) {
+    auto it = blocks_.find(retiring_[i]);
+    if (clock_.met({it->second.stream, it->second.seq})) {
+      retiring_[i] = retiring_.back();
+      retiring_.pop_back();
+      finish_retiring(it);
+    } else {
+      ++i;
+    }
+  }
   std::vector<std::uintptr_t> turning;
   for (auto& [s, idx] : owned_) {
     const std::uint64_t done = clock_.completed(s);
@@ -845,7 +993,7 @@ void arena::promote() {
 void arena::release(std::size_t keep_cached) {
   clock_.cover_all();
   const bool moved = keep_cached == 0 ? clock_.wait_all() : clock_.poll();
-  if (moved) promote();
+  if (moved || !retiring_.empty()) promote();  // a retiring place's mark may have been met earlier
   auto cached = [&] { return reserved_bytes() - allocated_; };
   if (virtual_) {
     // Idle handles go whole: with keep_cached > 0 one larger than the excess stays mapped.
@@ -872,7 +1020,8 @@ void arena::release(std::size_t keep_cached) {
 }
 
 std::size_t arena::reserved_bytes() const noexcept {
-  return virtual_ ? (mapped_ + spare_granules_) * granule_ : segment_bytes_;
+  // A retiring place maps memory its new place (or a spare) already counts.
+  return virtual_ ? (mapped_ + spare_granules_ - retiring_granules_) * granule_ : segment_bytes_;
 }
 
 // Ready blocks in the index on a virtual upstream are mapped ones, and owned blocks are always
@@ -914,7 +1063,7 @@ void arena::append_blocks(std::vector<block_info>& out) const {
 
 void arena::check() const {
   auto fail = [](const std::string& what) { throw std::logic_error("arena invariant broken: " + what); };
-  std::size_t allocated = 0, ready_count = 0, void_count = 0, owned_count = 0;
+  std::size_t allocated = 0, ready_count = 0, void_count = 0, owned_count = 0, retiring = 0;
   std::map<std::uintptr_t, std::size_t> runs;  // recounted: maximal stretches of free blocks
   std::uintptr_t run_start = 0, run_end = 0;
   auto close_run = [&] {
@@ -970,6 +1119,12 @@ void arena::check() const {
         break;
       }
       case state::waiting: break;
+      case state::retiring:
+        if (!virtual_ || (addr - range_base_) % granule_ || b.size % granule_ ||
+            std::find(retiring_.begin(), retiring_.end(), addr) == retiring_.end())
+          fail(fmt::format("retiring block {:#x} is not whole granules on the retiring list", addr));
+        retiring += b.size / granule_;
+        break;
     }
     if (virtual_ && b.st != state::ready) {
       for (std::uintptr_t x = addr; x < addr + b.size;) {
@@ -1017,6 +1172,19 @@ void arena::check() const {
     std::size_t spare = 0;
     for (const auto& p : spares_) spare += p.granules;
     if (spare != spare_granules_) fail("spare granule count is off");
+    if (retiring != retiring_granules_ || retiring_.size() > retiring) fail("retiring granule count is off");
+    // Every handle has one owner: a place that is not retiring, or a spare. (A retiring place may
+    // outlive its handle's owner only when the owner was freed on another stream.)
+    std::unordered_map<std::uint64_t, int> owners;
+    for (const auto& [a, b] : blocks_) {
+      if (b.st == state::retiring) continue;
+      for (std::size_t g = granule_of(a); g < busy_.size() && granule_addr(g) < a + b.size; ++g)
+        if (granule_handle_[g].value && handle_head_[g] == 0 && granule_addr(g) >= a) ++owners[granule_handle_[g].value];
+    }
+    for (const auto& p : spares_) ++owners[p.h.value];
+    for (const auto& [h, n] : owners)
+      if (n != 1) fail(fmt::format("physical handle {} has {} owners", h, n));
+
   }
 }
 

@@ -37,6 +37,19 @@
 // and no larger than the run that needs them, and when only larger ones are idle the tight policy
 // gives one back to the upstream before it grows, so reserved memory does not grow for want of a
 // small piece.
+//
+// Stream-ordered moves (arena_options::stream_ordered_moves). On a GPU the host runs ahead of the
+// device, and memory freed on stream S stays busy until S's work reaches the free: it cannot be
+// unmapped, and the tight policy grew beside it (bert on the H200: 1.28x live). But a request on S
+// itself may use that memory now — its work is queued behind the free. So a handle whose every
+// byte is free for S (ready, or owned by S) is mapped a second time under S's request, and its
+// old place *retires*: a block no one can allocate, still mapped so S's queued work can finish
+// there, unmapped (without a move or a growth) once the stream clock says S has run past the
+// frees in it. The physical memory is counted once. Each handle has exactly one owner — one
+// mapping that is not retiring, or a spare — and any number of retiring places. Moved memory
+// lands only on granules the request covers whole, so no one but S's request can use it before
+// S has run past the old place; a request that fails puts what it marked back as S's free
+// memory (no driver call was made).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -69,6 +82,8 @@ struct arena_options {
   double remap_time_budget = 0.0;
   double remap_cost_ns_per_granule = 0.0;
   std::function<std::uint64_t()> remap_clock_ns{};
+  // pool_options::stream_ordered_moves.
+  bool stream_ordered_moves = false;
 };
 
 class arena {
@@ -119,16 +134,21 @@ class arena {
   // (a request that then grew, or took what the budget's last resort gave).
   std::uint64_t remap_ns() const noexcept { return remap_charged_ns_; }
   std::uint64_t remaps_deferred() const noexcept { return remaps_deferred_; }
+  // stream_ordered_moves: granules mapped a second time under a request on the stream that had
+  // freed them (a subset of maps()), and granules whose old place retires now.
+  std::uint64_t stream_ordered_moves() const noexcept { return stream_ordered_moved_; }
+  std::size_t retiring_granules() const noexcept { return retiring_granules_; }
 
  private:
-  enum class state : std::uint8_t { live, owned, ready, waiting };
+  // retiring: a handle's old place after a stream-ordered move; in no index, in no run, busy.
+  enum class state : std::uint8_t { live, owned, ready, waiting, retiring };
   struct block {
     std::size_t size;
     std::uint32_t segment;
     state st;
     bool mapped;                 // ready on a virtual upstream: mapped or unmapped kind; else true
     stream_ref stream;           // live: allocating stream; owned: owner
-    std::uint64_t seq;           // owned: the free's sequence on `stream`
+    std::uint64_t seq;           // owned: the free's sequence on `stream`; retiring: the last one's
     std::vector<stream_mark> waits;  // waiting: all must be met
   };
   using block_map = std::map<std::uintptr_t, block>;
@@ -164,13 +184,24 @@ class arena {
     physical_handle h;
     std::size_t granules;
     bool grown = false;  // created for this request; else a spare (memory moved from elsewhere)
+    bool alias = false;  // still mapped at a retiring place (a stream-ordered move)...
+    std::uintptr_t from = 0;  // ...this one
   };
   // Maps every unmapped granule under [a, a + n) (ready memory); false if memory could not be had.
-  bool map_window(std::uintptr_t a, std::size_t n, bool may_grow, std::string* why);
+  bool map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_grow, std::string* why);
   // Handles adding up to exactly `count` granules, for one run of missing granules: spares, then
   // idle handles outside [keep_lo, keep_hi), then new ones. Appended to `got`.
-  bool take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, bool may_grow,
-                     std::vector<piece>& got, std::string* why);
+  // Where a run's handles land: the next one at g0 + granules taken so far. Stream-ordered moves
+  // may fill only [lo, hi), the granules the request covers whole.
+  struct alias_room {
+    std::size_t g0, lo, hi;
+    std::size_t want(std::size_t have, std::size_t rest) const {
+      const std::size_t at = g0 + have;
+      return at >= lo && at < hi ? std::min(rest, hi - at) : 0;
+    }
+  };
+  bool take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s, const alias_room& room,
+                     bool may_grow, std::vector<piece>& got, std::string* why);
   // The largest spare of at most `most` granules, moved to `got`; false if none.
   bool take_spare(std::size_t most, std::vector<piece>& got);
   // Unmaps up to `want` granules of idle handles (each of at most `want`, every granule idle)
@@ -184,6 +215,16 @@ class arena {
   // `larger`, more than) `most` granules; its first granule, or SIZE_MAX.
   std::size_t top_idle_handle(std::size_t most, bool larger, std::size_t keep_lo, std::size_t keep_hi) const;
   bool handle_idle(std::size_t head) const;  // every granule of the handle at `head` idle
+  // Stream-ordered moves: up to `want` granules in one handle (outside [keep_lo, keep_hi)) whose
+  // every byte is free for `s` and some of it still owned by `s`: its place retires and the
+  // handle goes to `got`. Returns the granules (0: none; or, `within_budget`, the pool's cached
+  // memory would fall below the idle budget).
+  std::size_t move_pending(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, stream_ref s,
+                           bool within_budget, std::vector<piece>& got);
+  bool free_for(std::size_t head, stream_ref s) const;  // every byte of the handle ready or owned by s
+  void retire(std::size_t g0, std::size_t g1, stream_ref s);  // [g0, g1): one handle's place
+  void finish_retiring(block_map::iterator it);  // S ran past: unmapped, ready
+  void keep_unmapped(const piece& p);  // a handle taken but not mapped: a spare, or back to its place
   std::size_t idle_budget_granules() const;
   // remap_time_budget: true while the bucket of host time for moves is in debt (refilled first);
   // remap_allowed is the opposite, and counts a refusal as a move deferred.
@@ -244,6 +285,11 @@ class arena {
   std::uint64_t remap_refilled_at_ = 0;
   std::uint64_t remap_charged_ns_ = 0, remaps_deferred_ = 0;
   std::uint64_t remap_modeled_extra_ns_ = 0;  // modeled cost above the measured: time passed (now_ns)
+
+  // Stream-ordered moves.
+  std::vector<std::uintptr_t> retiring_;      // addresses of retiring blocks
+  std::size_t retiring_granules_ = 0;         // mapped granules at retiring places
+  std::uint64_t stream_ordered_moved_ = 0;
 };
 
 }  // namespace gpumem::detail

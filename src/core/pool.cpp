@@ -132,7 +132,7 @@ struct pool::impl {
               detail::arena_options{op.min_segment_bytes, op.max_reserved_bytes, op.address_range_bytes,
                                     op.release_threshold_bytes, op.idle_budget, op.grow_before_reclaim,
                                     handle_bytes_for(op), op.wait_before_grow, op.remap_time_budget,
-                                    op.remap_cost_ns_per_granule, op.remap_clock_ns}),
+                                    op.remap_cost_ns_per_granule, op.remap_clock_ns, op.stream_ordered_moves}),
         slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));
@@ -986,6 +986,7 @@ pool_stats pool::stats() const {
   s.unmaps = p.arena.unmaps();
   s.remap_ns = p.arena.remap_ns();
   s.remaps_deferred = p.arena.remaps_deferred();
+  s.stream_ordered_moves = p.arena.stream_ordered_moves();
   s.map_calls = p.arena.map_calls();
   s.unmap_calls = p.arena.unmap_calls();
   s.events_recorded = p.clock.events_recorded();

@@ -47,6 +47,8 @@ std::string changed_pool_options(const pool_options& o) {
   if (o.front_cache_peak_fraction != d.front_cache_peak_fraction)
     add(fmt::format("front_cache_peak_fraction={}", o.front_cache_peak_fraction));
   if (o.wait_before_grow != d.wait_before_grow) add(fmt::format("wait_before_grow={:d}", o.wait_before_grow));
+  if (o.stream_ordered_moves != d.stream_ordered_moves)
+    add(fmt::format("stream_ordered_moves={:d}", o.stream_ordered_moves));
   if (o.reclaim_own_first != d.reclaim_own_first) add(fmt::format("reclaim_own_first={:d}", o.reclaim_own_first));
   if (o.remap_time_budget != d.remap_time_budget) add(fmt::format("remap_time_budget={}", o.remap_time_budget));
   if (o.remap_cost_ns_per_granule != d.remap_cost_ns_per_granule)

@@ -34,6 +34,10 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::wait_before_grow, host-wait for pending frees before growing (default "
                    "policy)");
+  app.add_flag("--stream-ordered-moves,!--no-stream-ordered-moves", opts.stream_ordered_moves,
+               std::string(what) +
+                   ": pool_options::stream_ordered_moves, a request on a stream may take memory that stream "
+                   "freed while its work is still queued, mapped a second time (virtual upstreams)");
   app.add_option("--remap-time-budget", opts.remap_time_budget,
                  std::string(what) +
                      ": pool_options::remap_time_budget, the most host time spent moving idle granules, as a "

@@ -95,6 +95,7 @@ nlohmann::json to_json(const replay_result& r) {
     // --remap-time-budget: host time charged for moves, and the moves the budget turned down.
     j["remap_ms"] = double(r.stats.remap_ns) / 1e6;
     j["remaps_deferred"] = r.stats.remaps_deferred;
+    j["stream_ordered_moves"] = r.stats.stream_ordered_moves;
   }
   return j;
 }
@@ -125,6 +126,9 @@ void print_upstream(const replay_result& r) {
   if (r.stats.remap_ns || r.stats.remaps_deferred)
     fmt::print("  remap time budget: {:.3f} ms charged for moves, {} moves turned down\n",
                double(r.stats.remap_ns) / 1e6, r.stats.remaps_deferred);
+  if (r.stats.stream_ordered_moves)
+    fmt::print("  stream-ordered moves: {} granules mapped under their own stream's queued frees\n",
+               r.stats.stream_ordered_moves);
 }
 
 int run(const replay_args& a) {

@@ -1,8 +1,8 @@
 // A long randomized sequence against the shadow model: log-uniform sizes 1 B .. 64 MiB, random
 // power-of-two alignments up to 2 MiB, 4 simulated streams, frees in random order (sometimes on
 // another stream), record_use, stream completion, trim, and out-of-memory under a small capacity.
-// Cheap checks after every step, the O(blocks) ones every 1000 steps. 14 configurations x 300,000
-// operations = 4.2 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
+// Cheap checks after every step, the O(blocks) ones every 1000 steps. 15 configurations x 300,000
+// operations = 4.5 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -30,6 +30,7 @@ struct cfg {
   double peak_fraction = 0.0;  // front_cache_peak_fraction
   bool own_first = false;      // reclaim_own_first
   double remap_budget = 0.0;   // remap_time_budget, on a clock of 500 ns per step, 36 µs per granule moved
+  bool ordered_moves = true;   // stream_ordered_moves
 };
 
 // The remap budget's clock in these runs: the step count, so a run is the same every time.
@@ -53,6 +54,7 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   po.front_cache_peak_fraction = c.peak_fraction;
   po.reclaim_own_first = c.own_first;
   po.remap_time_budget = c.remap_budget;
+  po.stream_ordered_moves = c.ordered_moves;
   po.remap_cost_ns_per_granule = 36e3;
   po.remap_clock_ns = [] { return step_clock_ns.load(); };
   step_clock_ns = 0;
@@ -110,11 +112,11 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   EXPECT_EQ(r.p->stats().reserved_bytes, 0u);
   EXPECT_GT(allocs, n / 4);
   std::printf("[ random   ] %s: %llu ops: %llu allocs, %llu frees, %llu OOM, %llu record_use, %llu complete, %llu trim; "
-              "peak reserved/live %.3f; %llu moves deferred\n",
+              "peak reserved/live %.3f; %llu moves deferred; %llu granules moved in stream order\n",
               c.name, (unsigned long long)n, (unsigned long long)allocs, (unsigned long long)frees,
               (unsigned long long)ooms, (unsigned long long)uses, (unsigned long long)completes,
               (unsigned long long)trims, r.p->stats().fragmentation(),
-              (unsigned long long)r.p->stats().remaps_deferred);
+              (unsigned long long)r.p->stats().remaps_deferred, (unsigned long long)r.p->stats().stream_ordered_moves);
 }
 
 constexpr std::size_t keep_all = SIZE_MAX;
@@ -134,6 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // again (and near the device's limit, always) when it is not.
                       cfg{"VirtualRemapBudget", true, 64 << 10, keep_all, 13, 0.0, 0, false, 0.0, false, 0.02},
                       cfg{"VirtualRemapBudgetRelease0", true, 64 << 10, 0, 14, 0.0, 0, false, 0.0, false, 0.02},
+                      // Memory a stream freed stays where it is until that stream is past the
+                      // free (the policy before stream-ordered moves).
+                      cfg{"VirtualNoOrderedMoves", true, 64 << 10, keep_all, 15, 0.0, 0, false, 0.0, false, 0.0, false},
                       cfg{"Segments", false, 64 << 10, keep_all, 4},
                       cfg{"SegmentsNoSlabs", false, 0, keep_all, 5}, cfg{"SegmentsRelease0", false, 64 << 10, 0, 6}),
     [](const auto& info) { return std::string(info.param.name); });

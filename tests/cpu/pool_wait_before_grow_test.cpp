@@ -16,10 +16,13 @@ using namespace gpumem;
 using gpumem::test::MiB;
 using gpumem::test::sim_pool_rig;
 
-// A rig whose device completes nothing until told, with wait_before_grow as given.
+// A rig whose device completes nothing until told, with wait_before_grow as given. Stream-ordered
+// moves are off: with them the pending memory below is moved without a wait
+// (pool_stream_ordered_moves_test.cpp), and the wait would not be reached.
 sim_pool_rig lagging_rig(bool wait) {
   pool_options po;
   po.wait_before_grow = wait;
+  po.stream_ordered_moves = false;
   return sim_pool_rig(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
 }
 
@@ -71,6 +74,7 @@ double fragmentation_of_varlen(std::size_t lag, bool wait) {
   replay_options o;
   o.device_lag_ops = lag;
   o.pool.wait_before_grow = wait;
+  o.pool.stream_ordered_moves = false;
   const replay_result r = replay(t, o);
   EXPECT_EQ(r.failed_allocs, 0u);
   return r.fragmentation;

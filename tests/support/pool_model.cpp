@@ -93,9 +93,42 @@ void spy_upstream::free_segment(void* base, std::size_t bytes) noexcept {
   if (model_) model_->on_memory_gone(reinterpret_cast<std::uintptr_t>(base), bytes, "free_segment");
   inner_.free_segment(base, bytes);
 }
+void spy_upstream::map(void* at, std::size_t bytes, physical_handle h) {
+  inner_.map(at, bytes, h);
+  std::lock_guard lock(m_);
+  const auto a = reinterpret_cast<std::uintptr_t>(at);
+  mappings_[a] = {bytes, h.value};
+  places_[h.value].push_back(a);
+}
+
 void spy_upstream::unmap(void* at, std::size_t bytes) noexcept {
-  if (model_) model_->on_memory_gone(reinterpret_cast<std::uintptr_t>(at), bytes, "unmap");
+  const auto a = reinterpret_cast<std::uintptr_t>(at);
+  {
+    std::lock_guard lock(m_);  // not held while the model is told: the model may ask for aliases
+    for (auto it = mappings_.lower_bound(a); it != mappings_.end() && it->first < a + bytes;) {
+      auto& v = places_[it->second.second];
+      v.erase(std::find(v.begin(), v.end(), it->first));
+      if (v.empty()) places_.erase(it->second.second);
+      it = mappings_.erase(it);
+    }
+  }
+  if (model_) model_->on_memory_gone(a, bytes, "unmap");
   inner_.unmap(at, bytes);
+}
+
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spy_upstream::aliases(std::uintptr_t a, std::uintptr_t end) const {
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> out;
+  std::lock_guard lock(m_);
+  auto it = mappings_.upper_bound(a);
+  if (it != mappings_.begin()) --it;
+  for (; it != mappings_.end() && it->first < end; ++it) {
+    const std::uintptr_t m0 = it->first, m1 = m0 + it->second.first;
+    if (m1 <= a) continue;
+    const std::uintptr_t lo = std::max(a, m0) - m0, hi = std::min(end, m1) - m0;  // offsets in the handle
+    for (std::uintptr_t other : places_.at(it->second.second))
+      if (other != m0) out.push_back({other + lo, other + hi});
+  }
+  return out;
 }
 
 // ---- pool_model ----
@@ -135,7 +168,29 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
   if (dev_ && !dev_->is_mapped(ptr, bytes))
     throw model_error(fmt::format("{:#x} ({} B) is not mapped on the device", a, bytes));
   const std::size_t block = block_bytes_ ? block_bytes_(ptr, bytes, alignment) : 0;
+  const std::uintptr_t end = a + std::max(footprint_ ? std::max(bytes, footprint_(bytes, alignment)) : bytes, block);
+  const auto elsewhere = aliases_ ? aliases_->aliases(a, end) : std::vector<std::pair<std::uintptr_t, std::uintptr_t>>{};
   std::lock_guard lock(m_);
+  // The same memory at another place: no live block there, and what was freed there is safe for
+  // `s` (it stays recorded: that place is unmapped later, under the unmap check).
+  for (const auto& [x0, x1] : elsewhere) {
+    auto l = live_.upper_bound(x0);
+    if (l != live_.begin() && std::prev(l)->first + std::prev(l)->second.bytes > x0) --l;
+    if (l != live_.end() && l->first < x1)
+      throw model_error(fmt::format("{:#x} ({} B) is the memory of live block {:#x}, mapped there too", a, bytes, l->first));
+    if (!spy_) continue;
+    auto f = freed_.upper_bound(x0);
+    if (f != freed_.begin() && std::prev(f)->second.end > x0) --f;
+    for (; f != freed_.end() && f->first < x1; ++f) {
+      if (f->second.passed_on) continue;
+      for (const auto& [t, c] : f->second.marks)
+        if (!spy_->safe(t, c, s))
+          throw model_error(fmt::format("{:#x} ({} B) handed to stream {:#x} is the memory at {:#x}, freed on stream {:#x} "
+                                        "(after event {}) and maybe still in use there",
+                                        a, bytes, s, f->first, t, c));
+      f->second.passed_on = true;
+    }
+  }
   // No overlap with live blocks: the neighbour below must end before a, the one above start after.
   auto next = live_.lower_bound(a);
   if (next != live_.end() && next->first < a + bytes)
@@ -146,7 +201,6 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
       throw model_error(fmt::format("{:#x} ({} B) overlaps live block {:#x} ({} B)", a, bytes, prev->first, prev->second.bytes));
   }
   // Stream safety: every freed range under [a, a+bytes) must be safe for `s`; then it is consumed.
-  const std::uintptr_t end = a + std::max(footprint_ ? std::max(bytes, footprint_(bytes, alignment)) : bytes, block);
   auto f = freed_.upper_bound(a);
   if (f != freed_.begin() && std::prev(f)->second.end > a) --f;
   std::vector<std::pair<std::uintptr_t, freed>> keep;  // pieces outside [a, end)
@@ -159,8 +213,8 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
               "be in use there: no later event on that stream is known complete",
               a, bytes, s, f->first, t, c));
     }
-    if (f->first < a) keep.push_back({f->first, freed{a, f->second.marks}});
-    if (f->second.end > end) keep.push_back({end, freed{f->second.end, f->second.marks}});
+    if (f->first < a) keep.push_back({f->first, freed{a, f->second.marks, f->second.passed_on}});
+    if (f->second.end > end) keep.push_back({end, freed{f->second.end, f->second.marks, f->second.passed_on}});
     f = freed_.erase(f);
   }
   for (auto& k : keep) freed_.emplace(k.first, std::move(k.second));
@@ -308,6 +362,7 @@ sim_pool_rig::sim_pool_rig(const sim_options& so, const pool_options& po)
       p(std::make_unique<pool>(*up, *spy, po)),
       model(std::make_unique<pool_model>(p.get(), dev.get(), spy.get())) {
   up->watch(model.get());
+  model->set_aliases(up.get());
   model->set_footprint(pool_footprint(po));
   if (po.grow_before_reclaim) {
     // A large request may get a cached block up to front_cache::fit_up_classes classes above its

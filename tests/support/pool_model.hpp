@@ -70,7 +70,9 @@ class pool_model;
 // Forwards to a real upstream; every unmap / release of memory is checked against the model: it
 // must touch no live block and no freed range some stream's pending work may still use (on a real
 // GPU that unmaps or frees memory under running kernels). Violations are kept, not thrown (unmap
-// is noexcept): pool_model::check_stats() reports them.
+// is noexcept): pool_model::check_stats() reports them. It also keeps where each physical handle
+// is mapped, so the model sees memory mapped at two places (the pool's stream-ordered moves) as
+// the same memory.
 class spy_upstream final : public upstream {
  public:
   explicit spy_upstream(upstream& inner) : inner_(inner) {}
@@ -85,12 +87,17 @@ class spy_upstream final : public upstream {
   void release_range(void* base, std::size_t bytes) noexcept override { inner_.release_range(base, bytes); }
   std::optional<physical_handle> create_physical(std::size_t bytes) override { return inner_.create_physical(bytes); }
   void release_physical(physical_handle h, std::size_t bytes) noexcept override { inner_.release_physical(h, bytes); }
-  void map(void* at, std::size_t bytes, physical_handle h) override { inner_.map(at, bytes, h); }
+  void map(void* at, std::size_t bytes, physical_handle h) override;
   void unmap(void* at, std::size_t bytes) noexcept override;
+  // The other places [a, end) is mapped at (same handle, same offsets), as [start, end) ranges.
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> aliases(std::uintptr_t a, std::uintptr_t end) const;
 
  private:
   upstream& inner_;
   pool_model* model_ = nullptr;
+  mutable std::mutex m_;
+  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> mappings_;  // at -> (bytes, handle)
+  std::unordered_map<std::uint64_t, std::vector<std::uintptr_t>> places_;      // handle -> at
 };
 
 struct shadow_block {
@@ -124,6 +131,9 @@ class pool_model {
   void set_block_bytes(std::function<std::size_t(const void* ptr, std::size_t bytes, std::size_t alignment)> f) {
     block_bytes_ = std::move(f);
   }
+  // Where a block's memory is mapped elsewhere too (spy_upstream::aliases): a handout must be safe
+  // for its stream at every place its memory has, and no live block may sit at another of them.
+  void set_aliases(const spy_upstream* up) { aliases_ = up; }
   void on_allocate(const void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s);
   void on_record_use(const void* ptr, stream_ref s);
   // Returns the block's shadow (bytes etc.). Throws model_error if `ptr` is not live in the model.
@@ -145,7 +155,14 @@ class pool_model {
   std::vector<std::string> violations() const;
 
  private:
-  struct freed { std::uintptr_t end; std::vector<std::pair<stream_ref, std::uint64_t>> marks; };
+  // `passed_on`: memory at another place took this range's memory for a stream it was safe for;
+  // the new owner carries the obligation, as a handout at this place would have (the record stays
+  // for the unmap check of this place).
+  struct freed {
+    std::uintptr_t end;
+    std::vector<std::pair<stream_ref, std::uint64_t>> marks;
+    bool passed_on = false;
+  };
   void check_stats_locked(const pool_stats& st) const;
   const pool* pool_;
   const sim_device* dev_;
@@ -157,6 +174,7 @@ class pool_model {
   std::size_t min_alignment_ = default_alignment;
   std::function<std::size_t(std::size_t, std::size_t)> footprint_;
   std::function<std::size_t(const void*, std::size_t, std::size_t)> block_bytes_;
+  const spy_upstream* aliases_ = nullptr;
   std::vector<std::string> violations_;
 };
 
