@@ -417,12 +417,13 @@ __attribute__((visibility("default"))) int gpumem_configure(const char* config) 
   }
 }
 
-// out[n] (n <= 14) = the six of gpumem_stats, then: upstream allocations, granules mapped,
-// granules unmapped, map calls, unmap calls, events recorded, front-cache hits, failed allocations.
+// out[n] (n <= 17) = the six of gpumem_stats, then: upstream allocations, granules mapped,
+// granules unmapped, map calls, unmap calls, events recorded, front-cache hits, failed allocations,
+// remap ns, remaps deferred, granules moved in stream order.
 // Returns how many it wrote, or -1 on error. Zeros for a device with no pool yet.
 __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint64_t* out, int n) noexcept {
   try {
-    constexpr int fields = 16;
+    constexpr int fields = 17;
     if (out == nullptr || n < 0) return -1;
     n = n < fields ? n : fields;
     std::uint64_t all[fields] = {};
@@ -431,7 +432,8 @@ __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint
       const std::uint64_t v[fields] = {s.live_bytes,     s.peak_live_bytes, s.reserved_bytes, s.peak_reserved_bytes,
                                        s.allocations,    s.deallocations,   s.upstream_calls, s.maps,
                                        s.unmaps,         s.map_calls,       s.unmap_calls,    s.events_recorded,
-                                       s.front_hits,     s.failed_allocations, s.remap_ns,     s.remaps_deferred};
+                                       s.front_hits,     s.failed_allocations, s.remap_ns,     s.remaps_deferred,
+                                       s.stream_ordered_moves};
       std::copy(v, v + fields, all);
     }
     std::copy(all, all + n, out);

@@ -8,7 +8,8 @@
 //   7 trim (a % 4 == 0) or toggle fail_every (a % 4 == 1).
 // The first byte picks the configuration: virtual or segments, slabs or none, release threshold 0,
 // capacity, idle budget with a remap time budget, grow first, 8 MiB physical handles, large front
-// caches with the caller's own blocks first.
+// caches with the caller's own blocks first. Stream-ordered moves are on (the default) in every
+// virtual configuration: the model checks every place a handle is mapped at.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>

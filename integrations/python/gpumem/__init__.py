@@ -24,7 +24,7 @@ __all__ = ["configure", "last_error", "library_path", "stats", "trim", "record_s
 _STAT_KEYS = ("live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes",
               "allocations", "frees", "upstream_allocations", "granules_mapped", "granules_unmapped",
               "map_calls", "unmap_calls", "events_recorded", "front_hits", "failed_allocations",
-              "remap_ns", "remaps_deferred")
+              "remap_ns", "remaps_deferred", "stream_ordered_moves")
 
 
 def _device(device) -> int:
@@ -43,8 +43,9 @@ def stats(device=None) -> dict:
     upstream_allocations, granules_mapped / granules_unmapped and the map_calls / unmap_calls that
     did it (each granule costs tens of µs on a GPU), events_recorded, front_hits (requests served
     without the pool's lock), failed_allocations; with remap_time_budget, remap_ns (host time
-    charged for moving granules) and remaps_deferred (moves it turned down). Zeros before the first
-    allocation."""
+    charged for moving granules) and remaps_deferred (moves it turned down); stream_ordered_moves
+    (granules a stream's request took from memory that stream freed while its work was still
+    queued). Zeros before the first allocation."""
     out = (ctypes.c_uint64 * len(_STAT_KEYS))()
     got = _lib.load().gpumem_stats_ex(_device(device), out, len(_STAT_KEYS))
     if got < 0:
