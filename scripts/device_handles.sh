@@ -15,7 +15,8 @@
 #      PIN (a CPU for taskset: the bench runs pinned to it), RUNS (bench runs per policy, default 1),
 #      PEER_PATTERNS (e.g. "replay": `gpumem bench` for PEER_ALLOCATORS, default cuda-malloc-async
 #      and cub-caching, in one process), TRACE=1 (each gpumem model run records its requests:
-#      torch/traces/ in the tarball), SKIP_SMOKE= (empty: run the smoke check first).
+#      torch/traces/ in the tarball), SKIP_SMOKE= (empty: run the smoke check first),
+#      SANITIZE_FILTER (a gtest filter: those GPU tests again under compute-sanitizer memcheck).
 set -u
 cd "$(dirname "$0")/.."
 D=.carry/gpu
@@ -26,6 +27,12 @@ mkdir -p "$FINAL"
 if [[ -z "${SKIP_TESTS:-}" ]]; then
   GPUMEM_EXAMPLES="$PWD/examples" timeout ${TEST_TIMEOUT:-120} "$D/gpumem_gpu_tests" > "$W/gpu_tests.log" 2>&1
   echo "gpu tests rc=$?" >> "$W/gpu_tests.log"
+fi
+# SANITIZE_FILTER: those GPU tests again under compute-sanitizer's memcheck.
+if [[ -n "${SANITIZE_FILTER:-}" ]]; then
+  GPUMEM_EXAMPLES="$PWD/examples" timeout 180 compute-sanitizer --tool memcheck --leak-check full \
+    "$D/gpumem_gpu_tests" --gtest_filter="$SANITIZE_FILTER" > "$W/sanitizer.log" 2>&1
+  echo "sanitizer rc=$?" >> "$W/sanitizer.log"
 fi
 
 # POLICIES: pool flags per run, separated by "|" (an empty entry: the defaults).
@@ -75,6 +82,7 @@ fi
 
 tar czf "$FINAL/handles.tgz" -C "$W" .
 [[ -f "$W/gpu_tests.log" ]] && { echo "== GPU tests"; grep -E "PASSED|FAILED|rc=" "$W/gpu_tests.log" | tail -6; }
+[[ -f "$W/sanitizer.log" ]] && { echo "== compute-sanitizer"; grep -E "ERROR SUMMARY|PASSED|FAILED|rc=" "$W/sanitizer.log" | tail -5; }
 echo "== speed (ns/op, ns/pair, Mops/s)"
 grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"\(ns_per_op\|ns_per_pair\|mops_per_s\)":[0-9.e+]*\(,"peak_reserved_over_live":[0-9.e+]*,"granules_moved":[0-9]*\)\?' \
   "$W/speed.jsonl" | sed 's/"device":"[^"]*",//; s/"//g; s/pattern://; s/allocator://; s/peak_reserved_over_live/res/'

@@ -22,6 +22,10 @@
 //   growth       physical memory newly created from the upstream (reserved goes up).
 //   idle budget  idle memory kept mapped (a share of live) rather than moved elsewhere.
 //   remap time budget  host time for moves, as a share of wall time; spent, the pool grows instead.
+//   stream-ordered move  memory stream S freed while its work is still queued, mapped a second
+//                time under S's next request (S's work runs after the free); its old place
+//                *retires*: no one may allocate there, and it is unmapped once S has run past.
+//   retiring     the old place of a stream-ordered move, until its stream has run past its frees.
 //   block        a contiguous address range [addr, addr + size) the arena tracks, live or free.
 //   arena        the best-fit index over blocks: splits, coalesces, grows, harvests. One lock.
 //   size class   a rounded request size; small classes are served from slabs.
