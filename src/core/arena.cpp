@@ -1175,16 +1175,15 @@ void arena::check() const {
     if (retiring != retiring_granules_ || retiring_.size() > retiring) fail("retiring granule count is off");
     // Every handle has one owner: a place that is not retiring, or a spare. (A retiring place may
     // outlive its handle's owner only when the owner was freed on another stream.)
+    std::vector<bool> at_retiring(busy_.size(), false);
+    for (std::uintptr_t a : retiring_)
+      for (std::size_t g = granule_of(a); g < granule_of(a + blocks_.at(a).size); ++g) at_retiring[g] = true;
     std::unordered_map<std::uint64_t, int> owners;
-    for (const auto& [a, b] : blocks_) {
-      if (b.st == state::retiring) continue;
-      for (std::size_t g = granule_of(a); g < busy_.size() && granule_addr(g) < a + b.size; ++g)
-        if (granule_handle_[g].value && handle_head_[g] == 0 && granule_addr(g) >= a) ++owners[granule_handle_[g].value];
-    }
+    for (std::size_t g = 0; g < busy_.size(); ++g)
+      if (granule_handle_[g].value && handle_head_[g] == 0 && !at_retiring[g]) ++owners[granule_handle_[g].value];
     for (const auto& p : spares_) ++owners[p.h.value];
     for (const auto& [h, n] : owners)
       if (n != 1) fail(fmt::format("physical handle {} has {} owners", h, n));
-
   }
 }
 
