@@ -668,9 +668,9 @@ void arena::retire(std::size_t g0, std::size_t g1, stream_ref s) {
   retiring_granules_ += g1 - g0;
 }
 
-// The stream ran past every free at this place: unmapped (its handle lives at its new place),
-// ready unmapped memory again. The unmap is the second half of a
-// move, charged to the remap time budget as harvest's is.
+// The stream ran past every free at this place: unmapped (its handle lives at its new place), and
+// ready unmapped memory again. The unmap is the second half of a move, charged to the remap time
+// budget as harvest's is.
 void arena::finish_retiring(block_map::iterator it) {
   const std::uintptr_t a = it->first;
   const std::size_t g0 = granule_of(a), g1 = granule_of(a + it->second.size);
