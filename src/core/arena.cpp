@@ -201,18 +201,19 @@ bool arena::foreign_owned(stream_ref s) const {
   return owned_.size() > (owned_.count(s) ? 1u : 0u);
 }
 
+arena::block_map::iterator arena::split(block_map::iterator b, std::uintptr_t at) {
+  const block& x = b->second;
+  auto right = blocks_.emplace(at, block{b->first + x.size - at, x.segment, x.st, x.mapped, x.stream, x.seq, {}}).first;
+  b->second.size = at - b->first;
+  return right;
+}
+
 // Every granule under [start, start + size) is mapped and every block over it ready or owned by
 // `s`: they become one live block; what they had outside the window stays free as it was.
 std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, stream_ref s) {
   const std::uintptr_t end = start + size;
   auto it = block_at(start);
   const std::uint32_t segment = it->second.segment;
-  auto split = [&](block_map::iterator b, std::uintptr_t at) {  // b (not indexed) keeps [.., at)
-    const block& x = b->second;
-    auto right = blocks_.emplace(at, block{b->first + x.size - at, x.segment, x.st, x.mapped, x.stream, x.seq, {}}).first;
-    b->second.size = at - b->first;
-    return right;
-  };
   if (it->first < start) {
     index_erase(it);
     auto right = split(it, start);
@@ -645,9 +646,7 @@ void arena::retire(std::size_t g0, std::size_t g1, stream_ref s) {
     auto b = block_at(x);
     if (b->first == x || b->first + b->second.size <= x) return;
     index_erase(b);
-    const block& y = b->second;
-    auto right = blocks_.emplace(x, block{b->first + y.size - x, y.segment, y.st, y.mapped, y.stream, y.seq, {}}).first;
-    b->second.size = x - b->first;
+    auto right = split(b, x);
     index_insert(b);
     index_insert(right);
   };

@@ -135,9 +135,8 @@ class arena {
   std::uint64_t remap_ns() const noexcept { return remap_charged_ns_; }
   std::uint64_t remaps_deferred() const noexcept { return remaps_deferred_; }
   // stream_ordered_moves: granules mapped a second time under a request on the stream that had
-  // freed them (a subset of maps()), and granules whose old place retires now.
+  // freed them (a subset of maps()).
   std::uint64_t stream_ordered_moves() const noexcept { return stream_ordered_moved_; }
-  std::size_t retiring_granules() const noexcept { return retiring_granules_; }
 
  private:
   // retiring: a handle's old place after a stream-ordered move; in no index, in no run, busy.
@@ -159,6 +158,9 @@ class arena {
   void index_insert(block_map::iterator it);
   void index_erase(block_map::iterator it);
   block_map::iterator coalesce(block_map::iterator it);
+  // Splits block `b` (in no index) at `at`: `b` keeps [.., at), the returned block (in no index,
+  // same state) holds the rest.
+  block_map::iterator split(block_map::iterator b, std::uintptr_t at);
   block_map::iterator find_fit(free_index& idx, std::size_t size, std::size_t alignment);
   // Plain upstreams: the best fit among `s`'s owned blocks and the ready blocks; owned wins a tie.
   block_map::iterator best_fit(std::size_t size, std::size_t alignment, stream_ref s);
@@ -216,8 +218,8 @@ class arena {
   std::size_t top_idle_handle(std::size_t most, bool larger, std::size_t keep_lo, std::size_t keep_hi) const;
   bool handle_idle(std::size_t head) const;  // every granule of the handle at `head` idle
   // Stream-ordered moves: up to `want` granules in one handle (outside [keep_lo, keep_hi)) whose
-  // every byte is free for `s` and some of it still owned by `s`: its place retires and the
-  // handle goes to `got`. Returns the granules (0: none; or, `within_budget`, the pool's cached
+  // every byte is free for `s` (ready, or owned by `s`; found under `s`'s owned blocks): its place
+  // retires and the handle goes to `got`. Returns the granules (0: none; or, `within_budget`, the pool's cached
   // memory would fall below the idle budget).
   std::size_t move_pending(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, stream_ref s,
                            bool within_budget, std::vector<piece>& got);
