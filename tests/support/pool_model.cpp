@@ -133,16 +133,26 @@ std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spy_upstream::aliases(std
 
 // ---- pool_model ----
 
+std::map<std::uintptr_t, shadow_block>::iterator pool_model::first_live_reaching(std::uintptr_t a) {
+  auto l = live_.upper_bound(a);
+  if (l != live_.begin() && std::prev(l)->first + std::prev(l)->second.bytes > a) --l;
+  return l;
+}
+
+std::map<std::uintptr_t, pool_model::freed>::iterator pool_model::first_freed_reaching(std::uintptr_t a) {
+  auto f = freed_.upper_bound(a);
+  if (f != freed_.begin() && std::prev(f)->second.end > a) --f;
+  return f;
+}
+
 void pool_model::on_memory_gone(std::uintptr_t a, std::size_t n, const char* how) {
   std::lock_guard lock(m_);
   const std::uintptr_t end = a + n;
-  auto l = live_.upper_bound(a);
-  if (l != live_.begin() && std::prev(l)->first + std::prev(l)->second.bytes > a) --l;
+  auto l = first_live_reaching(a);
   if (l != live_.end() && l->first < end)
     violations_.push_back(fmt::format("{} of [{:#x}, +{}) under live block {:#x} ({} B)", how, a, n, l->first, l->second.bytes));
   if (!spy_) return;
-  auto f = freed_.upper_bound(a);
-  if (f != freed_.begin() && std::prev(f)->second.end > a) --f;
+  auto f = first_freed_reaching(a);
   for (; f != freed_.end() && f->first < end; ++f)
     for (const auto& [t, c] : f->second.marks)
       if (!spy_->safe_for_all(t, c))
@@ -174,13 +184,11 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
   // The same memory at another place: no live block there, and what was freed there is safe for
   // `s` (it stays recorded: that place is unmapped later, under the unmap check).
   for (const auto& [x0, x1] : elsewhere) {
-    auto l = live_.upper_bound(x0);
-    if (l != live_.begin() && std::prev(l)->first + std::prev(l)->second.bytes > x0) --l;
+    auto l = first_live_reaching(x0);
     if (l != live_.end() && l->first < x1)
       throw model_error(fmt::format("{:#x} ({} B) is the memory of live block {:#x}, mapped there too", a, bytes, l->first));
     if (!spy_) continue;
-    auto f = freed_.upper_bound(x0);
-    if (f != freed_.begin() && std::prev(f)->second.end > x0) --f;
+    auto f = first_freed_reaching(x0);
     for (; f != freed_.end() && f->first < x1; ++f) {
       if (f->second.passed_on) continue;
       for (const auto& [t, c] : f->second.marks)
@@ -201,8 +209,7 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
       throw model_error(fmt::format("{:#x} ({} B) overlaps live block {:#x} ({} B)", a, bytes, prev->first, prev->second.bytes));
   }
   // Stream safety: every freed range under [a, a+bytes) must be safe for `s`; then it is consumed.
-  auto f = freed_.upper_bound(a);
-  if (f != freed_.begin() && std::prev(f)->second.end > a) --f;
+  auto f = first_freed_reaching(a);
   std::vector<std::pair<std::uintptr_t, freed>> keep;  // pieces outside [a, end)
   while (f != freed_.end() && f->first < end) {
     if (spy_) {

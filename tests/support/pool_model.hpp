@@ -164,6 +164,9 @@ class pool_model {
     bool passed_on = false;
   };
   void check_stats_locked(const pool_stats& st) const;
+  // Under m_: the first live block / freed range that ends after `a` (it may start before it).
+  std::map<std::uintptr_t, shadow_block>::iterator first_live_reaching(std::uintptr_t a);
+  std::map<std::uintptr_t, freed>::iterator first_freed_reaching(std::uintptr_t a);
   const pool* pool_;
   const sim_device* dev_;
   const spy_ordering* spy_;
