@@ -153,8 +153,9 @@ struct pool_options {
   // the memory early. Costs what a move costs (a map now, an unmap later), under the same idle
   // and remap time budgets. Replayed on a device that finishes its work only every 50 operations
   // (`gpumem replay --device-lag 50`), peak reserved / peak live on bert / llama / resnet went
-  // from 1.280 / 1.265 / 1.023 to 1.026 / 1.037 / 1.019 (1.015 / 1.015 / 1.011 when the device
-  // keeps up, where it changes nothing), with no host wait; live on the H200,
+  // from 1.280 / 1.265 / 1.023 to 1.015 / 1.019 / 1.012 (1.015 / 1.015 / 1.011 when the device
+  // keeps up, where it changes nothing), with no host wait; live on the H200 (session 8, when
+  // moved memory still kept off a request's edge granules),
   // peak reserved / peak allocated BERT 1.094-1.103 (1.252-1.284 without), GPT-2 1.044 (1.078),
   // CuPy 1.091 (1.122), ResNet-50 and Llama unchanged; BERT then moves ~200 granules per step
   // instead of ~45; its step time, 1.16-1.32x native's against 1.02-1.09x over two or three runs

@@ -761,8 +761,8 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got) {
   return true;
 }
 
-bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s,
-                          const alias_room& room, bool may_grow, std::vector<piece>& got, std::string* why) {
+bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s, bool may_grow,
+                          std::vector<piece>& got, std::string* why) {
   bool covered = false, waited = false;
   std::size_t have = 0, most_new = max_handle_granules_;
   const std::size_t first = got.size();
@@ -792,7 +792,7 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     }
     // Memory this stream freed whose work is still queued: busy for every other stream, but this
     // request's work runs after it — map it here too, and let its old place retire.
-    if (may_move && move_pending(room.want(have, rest), keep_lo, keep_hi, s, true, got)) {
+    if (may_move && move_pending(rest, keep_lo, keep_hi, s, true, got)) {
       have += got.back().granules;
       continue;
     }
@@ -831,7 +831,7 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     // No growth: the idle granules the budget kept come before waiting and failing.
     if (harvest(rest, keep_lo, keep_hi, false)) continue;
     if (release_oversized(rest, keep_lo, keep_hi, false)) continue;
-    if (move_pending(room.want(have, rest), keep_lo, keep_hi, s, false, got)) {
+    if (move_pending(rest, keep_lo, keep_hi, s, false, got)) {
       have += got.back().granules;
       continue;
     }
@@ -879,14 +879,10 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_g
       return false;
     }
   }
-  // Memory moved in stream order may land only on granules the request covers whole: the rest of
-  // a granule it maps is free for every stream at once, and that memory is still in use at its
-  // old place until `s` runs past it.
-  const std::size_t whole_lo = granule_of(align_up(a, granule_)), whole_hi = granule_of(a + n);
   std::vector<piece> got;
   for (auto& r : runs) {
     r.first_piece = got.size();
-    if (!take_physical(r.count, g_lo, g_hi, s, alias_room{r.g0, whole_lo, whole_hi}, may_grow, got, why)) {
+    if (!take_physical(r.count, g_lo, g_hi, s, may_grow, got, why)) {
       give_back_pieces(got.data(), got.data() + got.size());
       return false;
     }
@@ -901,7 +897,48 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_g
       throw;
     }
   }
+  // Memory moved in stream order onto a granule the request covers only in part: the rest of that
+  // granule is memory `s`'s queued work may still use at its old place, so it is `s`'s free memory
+  // — reusable by `s` at once, by other streams only once `s` has run past the old place's frees.
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::size_t end = i + 1 < runs.size() ? runs[i + 1].first_piece : got.size();
+    std::uintptr_t pa = granule_addr(runs[i].g0);
+    for (std::size_t k = runs[i].first_piece; k < end; pa += got[k].granules * granule_, ++k) {
+      const piece& p = got[k];
+      auto old = p.alias ? blocks_.find(p.from) : blocks_.end();
+      if (old == blocks_.end() || old->second.st != state::retiring || old->second.seq == 0) continue;
+      const std::uintptr_t pe = pa + p.granules * granule_;
+      if (pa < a) hold_for(pa, a, s, old->second.seq);
+      if (pe > a + n) hold_for(a + n, pe, s, old->second.seq);
+    }
+  }
   return true;
+}
+
+// [x, y), ready mapped memory (or already `s`'s), becomes free memory owned by `s` until its
+// clock passes `seq`.
+void arena::hold_for(std::uintptr_t x, std::uintptr_t y, stream_ref s, std::uint64_t seq) {
+  while (x < y) {
+    auto it = block_at(x);
+    index_erase(it);
+    if (it->first < x) {
+      auto right = split(it, x);
+      index_insert(it);
+      it = right;
+    }
+    if (it->first + it->second.size > y) index_insert(split(it, y));
+    block& b = it->second;
+    if (b.st == state::ready) {
+      add_busy(it->first, b.size, true);
+      b.st = state::owned;
+      b.stream = s;
+      b.seq = seq;
+    } else {
+      b.seq = std::max(b.seq, seq);
+    }
+    x = it->first + b.size;
+    make_free(it);
+  }
 }
 
 bool arena::deallocate(std::uintptr_t addr, stream_ref s, const std::vector<stream_ref>& also_on) {

@@ -46,10 +46,11 @@
 // old place *retires*: a block no one can allocate, still mapped so S's queued work can finish
 // there, unmapped (without a move or a growth) once the stream clock says S has run past the
 // frees in it. The physical memory is counted once. Each handle has exactly one owner — one
-// mapping that is not retiring, or a spare — and any number of retiring places. Moved memory
-// lands only on granules the request covers whole, so no one but S's request can use it before
-// S has run past the old place; a request that fails puts what it marked back as S's free
-// memory (no driver call was made).
+// mapping that is not retiring, or a spare — and any number of retiring places. Where moved
+// memory lands on a granule the request covers only in part, the rest of that granule becomes
+// S's free memory, owned by S until S has run past the old place's frees, so no other stream can
+// use it early; a request that fails puts what it marked back as S's free memory (no driver call
+// was made).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -193,17 +194,11 @@ class arena {
   bool map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_grow, std::string* why);
   // Handles adding up to exactly `count` granules, for one run of missing granules: spares, then
   // idle handles outside [keep_lo, keep_hi), then new ones. Appended to `got`.
-  // Where a run's handles land: the next one at g0 + granules taken so far. Stream-ordered moves
-  // may fill only [lo, hi), the granules the request covers whole.
-  struct alias_room {
-    std::size_t g0, lo, hi;
-    std::size_t want(std::size_t have, std::size_t rest) const {
-      const std::size_t at = g0 + have;
-      return at >= lo && at < hi ? std::min(rest, hi - at) : 0;
-    }
-  };
-  bool take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s, const alias_room& room,
-                     bool may_grow, std::vector<piece>& got, std::string* why);
+  bool take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s, bool may_grow,
+                     std::vector<piece>& got, std::string* why);
+  // [x, y), ready mapped memory (or already `s`'s), becomes free memory owned by `s` until its
+  // clock passes `seq`: the rest of a granule that memory moved in stream order landed on.
+  void hold_for(std::uintptr_t x, std::uintptr_t y, stream_ref s, std::uint64_t seq);
   // The largest spare of at most `most` granules, moved to `got`; false if none.
   bool take_spare(std::size_t most, std::vector<piece>& got);
   // Unmaps up to `want` granules of idle handles (each of at most `want`, every granule idle)
