@@ -192,6 +192,11 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std
     else if (key == "max_handle_bytes") err = bytes(next.pool.max_handle_bytes);
     else if (key == "front_cache") err = flag(next.pool.front_cache);
     else if (key == "idle_budget") err = fraction(next.pool.idle_budget);
+    else if (key == "reserve_ceiling") {
+      err = fraction(next.pool.reserve_ceiling);
+      if (err.empty() && next.pool.reserve_ceiling > 0.0 && next.pool.reserve_ceiling < 1.0)
+        err = "gpumem_configure: reserve_ceiling: '" + std::string(value) + "' is neither 0 (none) nor >= 1";
+    }
     else if (key == "front_cache_grow_fraction") err = fraction(next.pool.front_cache_grow_fraction);
     else if (key == "front_cache_peak_fraction") err = fraction(next.pool.front_cache_peak_fraction);
     else if (key == "reclaim_own_first") err = flag(next.pool.reclaim_own_first);
@@ -392,7 +397,7 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
 // zero_on_free (0/1), grow_before_reclaim (0/1), front_cache_grow_fraction (>= 0),
 // front_cache_peak_fraction (>= 0), reclaim_own_first (0/1), wait_before_grow (0/1),
 // remap_time_budget (a fraction of wall time, 0 to 1), idle_budget (a fraction >= 0; 0.05 here by
-// default, see default_options),
+// default, see default_options), reserve_ceiling (0: none, else a multiple of peak live >= 1),
 // upstream (vmm|device|async), trace (a file path: every request recorded, see the top of this
 // file). Returns 0; -1 if a pool already exists (nothing
 // changed); -2 if the text is wrong (nothing changed). Details in gpumem_last_error().

@@ -779,9 +779,13 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
       continue;
     }
     // Same physical memory, mapped where it is needed now: no growth, no copy. (Unless the
-    // remap time budget is spent: then growth first, and moves only when growing fails.)
+    // remap time budget is spent: then growth first, and moves only when growing fails.) Within
+    // the idle budget while growing stays under the reserve ceiling; past it, whatever is idle.
     const bool may_move = remap_allowed();
-    if (may_move && harvest(rest, keep_lo, keep_hi, true)) continue;
+    std::size_t taken = 0;  // handles taken for this window: reserved, neither mapped nor spare
+    for (const auto& p : got) taken += p.granules;
+    const bool within_budget = !past_ceiling(taken + rest);
+    if (may_move && harvest(rest, keep_lo, keep_hi, within_budget)) continue;
     if (!covered) {
       covered = true;
       clock_.cover_all();
@@ -792,14 +796,14 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     }
     // Memory this stream freed whose work is still queued: busy for every other stream, but this
     // request's work runs after it — map it here too, and let its old place retire.
-    if (may_move && move_pending(rest, keep_lo, keep_hi, s, true, got)) {
+    if (may_move && move_pending(rest, keep_lo, keep_hi, s, within_budget, got)) {
       have += got.back().granules;
       continue;
     }
     if (!may_grow) return fail("growth needed");
     // Idle memory above the budget that is only in handles too large for this run: give one back
     // rather than grow beside it.
-    if (release_oversized(rest, keep_lo, keep_hi, true)) continue;
+    if (release_oversized(rest, keep_lo, keep_hi, within_budget)) continue;
     // Memory freed on streams still running before the free is busy: it cannot be unmapped while
     // their work may touch it. Waiting for them (the host only) makes it idle, to be moved here.
     if (opts_.wait_before_grow && !opts_.keep_idle && !waited && clock_.has_pending()) {
@@ -811,9 +815,7 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     }
     const std::size_t n = std::min(rest, most_new);
     // Handles already taken for this window are reserved too, though neither mapped nor spare.
-    std::size_t pending = 0;
-    for (const auto& p : got) pending += p.granules;
-    const bool over_limit = reserved_bytes() + (pending + n) * granule_ > opts_.max_reserved_bytes;
+    const bool over_limit = reserved_bytes() + (taken + n) * granule_ > opts_.max_reserved_bytes;
     std::optional<physical_handle> h;
     if (!over_limit) {
       h = up_.create_physical(n * granule_);

@@ -117,6 +117,10 @@ class arena {
   // `keep_cached` bytes of cached memory remain (0: everything).
   void release(std::size_t keep_cached);
 
+  // pool_options::reserve_ceiling for the next requests: growing past `bytes` of reserved memory
+  // comes after moving idle memory and the stream's pending memory, whatever the idle budget says.
+  void set_reserve_ceiling(std::size_t bytes) noexcept { ceiling_bytes_ = bytes; }
+
   std::size_t reserved_bytes() const noexcept;
   std::size_t allocated_bytes() const noexcept { return allocated_; }
   std::size_t largest_free_block() const;
@@ -223,6 +227,10 @@ class arena {
   void finish_retiring(block_map::iterator it);  // S ran past: unmapped, ready
   void keep_unmapped(const piece& p);  // a handle taken but not mapped: a spare, or back to its place
   std::size_t idle_budget_granules() const;
+  // Growing `granules` more would take reserved past the reserve ceiling.
+  bool past_ceiling(std::size_t granules) const noexcept {
+    return ceiling_bytes_ != SIZE_MAX && reserved_bytes() + granules * granule_ > ceiling_bytes_;
+  }
   // remap_time_budget: true while the bucket of host time for moves is in debt (refilled first);
   // remap_allowed is the opposite, and counts a refusal as a move deferred.
   bool remap_budget_spent();
@@ -256,6 +264,7 @@ class arena {
   std::vector<segment> segments_;
   std::size_t segment_bytes_ = 0;        // plain: sum of live segments
   std::size_t allocated_ = 0;            // bytes in live blocks
+  std::size_t ceiling_bytes_ = SIZE_MAX;  // pool_options::reserve_ceiling, as bytes (set_reserve_ceiling)
 
   // virtual upstream state
   std::uintptr_t range_base_ = 0;

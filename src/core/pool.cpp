@@ -136,6 +136,9 @@ struct pool::impl {
         slabs(arena, clock, small_max) {
     if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
       throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));
+    if (!(op.reserve_ceiling == 0.0 || (op.reserve_ceiling >= 1.0 && op.reserve_ceiling <= 1e6)))
+      throw std::invalid_argument(fmt::format(
+          "gpumem::pool: reserve_ceiling {} is neither 0 (none) nor a multiple of peak live >= 1", op.reserve_ceiling));
     if (!(op.remap_time_budget >= 0.0 && op.remap_time_budget <= 1.0))
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: remap_time_budget {} is not a fraction of wall time in [0, 1]", op.remap_time_budget));
@@ -612,6 +615,23 @@ struct pool::impl {
     throw out_of_memory(std::move(r));
   }
 
+  // Under m, the reserve ceiling for a request of `size` bytes by the owner of `fc`: live and peak
+  // live as this thread sees them without taking every front cache's lock — its own front cache's
+  // exact figures when it is the only one (written by this thread alone), else the shared figures
+  // threads publish in steps of publish_quantum.
+  std::size_t ceiling_for(const detail::front_cache& fc, std::size_t size) const {
+    std::size_t live = 0, peak = shared_peak.load(std::memory_order_relaxed);
+    if (front_count.load(std::memory_order_relaxed) <= 1) {
+      live = fc.live_bytes;
+      peak = std::max(peak, fc.peak_live);
+    } else {
+      const std::ptrdiff_t shared = shared_live.load(std::memory_order_relaxed);
+      live = shared > 0 ? static_cast<std::size_t>(shared) : 0;
+    }
+    const double bytes = opts.reserve_ceiling * static_cast<double>(std::max(peak, live + size));
+    return bytes >= 0x1p63 ? SIZE_MAX : static_cast<std::size_t>(bytes);
+  }
+
   // Under m: the sum of every front cache's live bytes.
   std::size_t exact_live() const {
     all_fronts_locked held(fronts);
@@ -770,6 +790,7 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
   // (With grow_before_reclaim they stay: the pool keeps what it has and grows when it must.)
   if (!opts.grow_before_reclaim) slabs.release_emptied();
   std::string why;
+  if (opts.reserve_ceiling > 0) arena.set_reserve_ceiling(ceiling_for(fc, size));
   const std::uintptr_t a = take(bytes, alignment, s, sl, why, bins_enabled ? &fc : nullptr);
   if (!a) throw_oom(bytes, alignment, s, std::move(why));
   ++st.allocations;

@@ -15,6 +15,14 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
       ->check(CLI::Number)
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  app.add_option("--reserve-ceiling", opts.reserve_ceiling,
+                 std::string(what) +
+                     ": pool_options::reserve_ceiling, the most peak reserved may be over peak live where moving "
+                     "memory can keep it there (e.g. 1.03; past it idle memory moves whatever --idle-budget says; "
+                     "0, the default: none)")
+      ->check(CLI::Number)
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   app.add_flag("--grow-before-reclaim", opts.grow_before_reclaim,
                std::string(what) +
                    ": pool_options::grow_before_reclaim, grow before emptying the front caches and giving back "

@@ -1,8 +1,8 @@
 // A long randomized sequence against the shadow model: log-uniform sizes 1 B .. 64 MiB, random
 // power-of-two alignments up to 2 MiB, 4 simulated streams, frees in random order (sometimes on
 // another stream), record_use, stream completion, trim, and out-of-memory under a small capacity.
-// Cheap checks after every step, the O(blocks) ones every 1000 steps. 15 configurations x 300,000
-// operations = 4.5 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
+// Cheap checks after every step, the O(blocks) ones every 1000 steps. 16 configurations x 300,000
+// operations = 4.8 million per run; GPUMEM_RANDOM_OPS overrides the count per configuration.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -31,6 +31,7 @@ struct cfg {
   bool own_first = false;      // reclaim_own_first
   double remap_budget = 0.0;   // remap_time_budget, on a clock of 500 ns per step, 36 µs per granule moved
   bool ordered_moves = true;   // stream_ordered_moves
+  double reserve_ceiling = 0.0;
 };
 
 // The remap budget's clock in these runs: the step count, so a run is the same every time.
@@ -55,6 +56,7 @@ TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   po.reclaim_own_first = c.own_first;
   po.remap_time_budget = c.remap_budget;
   po.stream_ordered_moves = c.ordered_moves;
+  po.reserve_ceiling = c.reserve_ceiling;
   po.remap_cost_ns_per_granule = 36e3;
   po.remap_clock_ns = [] { return step_clock_ns.load(); };
   step_clock_ns = 0;
@@ -139,6 +141,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Memory a stream freed stays where it is until that stream is past the
                       // free (the policy before stream-ordered moves).
                       cfg{"VirtualNoOrderedMoves", true, 64 << 10, keep_all, 15, 0.0, 0, false, 0.0, false, 0.0, false},
+                      // A large idle budget under a reserve ceiling: idle memory kept, then moved
+                      // whenever growing would pass 1.05x peak live.
+                      cfg{"VirtualIdleBudgetCeiling", true, 64 << 10, keep_all, 16, 0.5, 0, false, 0.0, false, 0.0, true, 1.05},
                       cfg{"Segments", false, 64 << 10, keep_all, 4},
                       cfg{"SegmentsNoSlabs", false, 0, keep_all, 5}, cfg{"SegmentsRelease0", false, 64 << 10, 0, 6}),
     [](const auto& info) { return std::string(info.param.name); });

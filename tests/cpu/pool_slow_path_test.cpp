@@ -260,6 +260,47 @@ TEST(SlowPath, AnIdleBudgetGivesWayWhenTheDeviceIsFull) {
   r.free_all_and_trim();
 }
 
+// P (200 MiB) live above A (10 MiB), which is freed and idle; then B (12 MiB) lands above P.
+// The idle budget (10% of live) keeps A's 5 granules mapped and grows B's 6; with a reserve
+// ceiling of 1.03 the pool moves A's granules instead, since growing would take reserved past
+// 1.03x peak live.
+std::size_t reserved_after_idle_scene(double ceiling) {
+  pool_options po;
+  po.idle_budget = 0.1;
+  po.reserve_ceiling = ceiling;
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
+  void* a = r.allocate(10 * MiB, default_alignment, 0);
+  void* p = r.allocate(200 * MiB, default_alignment, 0);
+  r.deallocate(a, 0);
+  void* b = r.allocate(12 * MiB, default_alignment, 0);
+  r.model->check_full();
+  const pool_stats st = r.p->stats();
+  EXPECT_EQ(st.peak_live_bytes, 212 * MiB);
+  r.deallocate(b, 0);
+  r.deallocate(p, 0);
+  r.free_all_and_trim();
+  return st.peak_reserved_bytes;
+}
+
+TEST(SlowPath, TheIdleBudgetGrowsBesideIdleMemory) { EXPECT_EQ(reserved_after_idle_scene(0), 222 * MiB); }
+
+TEST(SlowPath, AReserveCeilingMovesIdleMemoryTheIdleBudgetWouldKeep) {
+  const std::size_t reserved = reserved_after_idle_scene(1.03);
+  EXPECT_LE(double(reserved), 1.03 * 212 * MiB);
+  EXPECT_EQ(reserved, 212 * MiB) << "A's 5 granules moved under B, 1 grown";
+}
+
+TEST(SlowPath, AReserveCeilingBelowOneIsRefused) {
+  sim_device dev;
+  pool_options po;
+  for (double bad : {0.5, -1.0, std::nan("")}) {
+    po.reserve_ceiling = bad;
+    EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument) << bad;
+  }
+  po.reserve_ceiling = 1.0;
+  EXPECT_NO_THROW(pool(dev.memory(), dev.streams(), po));
+}
+
 TEST(SlowPath, NegativeIdleBudgetIsRefused) {
   sim_device dev;
   pool_options po;
