@@ -90,17 +90,8 @@ TEST(GrowBeforeReclaim, ReclaimsAtThePoolsOwnLimit) {
 pool_stats after_idle_granules(bool grow_first, std::size_t capacity) {
   pool_options po;
   po.grow_before_reclaim = grow_first;
-  sim_pool_rig r(sim_options{.capacity_bytes = capacity, .auto_complete = true}, po);
-  void* a = r.allocate(30 * MiB, default_alignment, 0);
-  void* c = r.allocate(4 * MiB, default_alignment, 0);
-  r.deallocate(a, 0);
-  void* b = r.allocate(36 * MiB, default_alignment, 0);
-  r.model->check_full();
-  const pool_stats st = r.p->stats();
-  r.deallocate(b, 0);
-  r.deallocate(c, 0);
-  r.free_all_and_trim();
-  return st;
+  return gpumem::test::stats_after_idle_hole(sim_options{.capacity_bytes = capacity, .auto_complete = true}, po,
+                                             30 * MiB, 4 * MiB, 36 * MiB);
 }
 
 TEST(GrowBeforeReclaim, IdleGranulesStayMappedWhileThePoolCanGrow) {

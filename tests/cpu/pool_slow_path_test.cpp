@@ -268,17 +268,9 @@ std::size_t reserved_after_idle_scene(double ceiling) {
   pool_options po;
   po.idle_budget = 0.1;
   po.reserve_ceiling = ceiling;
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
-  void* a = r.allocate(10 * MiB, default_alignment, 0);
-  void* p = r.allocate(200 * MiB, default_alignment, 0);
-  r.deallocate(a, 0);
-  void* b = r.allocate(12 * MiB, default_alignment, 0);
-  r.model->check_full();
-  const pool_stats st = r.p->stats();
+  const pool_stats st = gpumem::test::stats_after_idle_hole(
+      sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po, 10 * MiB, 200 * MiB, 12 * MiB);
   EXPECT_EQ(st.peak_live_bytes, 212 * MiB);
-  r.deallocate(b, 0);
-  r.deallocate(p, 0);
-  r.free_all_and_trim();
   return st.peak_reserved_bytes;
 }
 

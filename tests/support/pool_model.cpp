@@ -404,4 +404,17 @@ void sim_pool_rig::free_all_and_trim(stream_ref s) {
   model->check_full();
 }
 
+pool_stats stats_after_idle_hole(const sim_options& so, const pool_options& po, std::size_t hole, std::size_t bound,
+                                 std::size_t request) {
+  sim_pool_rig r(so, po);
+  void* a = r.allocate(hole, default_alignment, 0);
+  r.allocate(bound, default_alignment, 0);
+  r.deallocate(a, 0);
+  r.allocate(request, default_alignment, 0);
+  r.model->check_full();
+  const pool_stats st = r.p->stats();
+  r.free_all_and_trim();
+  return st;
+}
+
 }  // namespace gpumem::test

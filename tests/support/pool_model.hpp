@@ -232,4 +232,11 @@ struct sim_pool_rig {
   void free_all_and_trim(stream_ref s_for_free = 0);
 };
 
+// An idle hole on stream 0: `hole` bytes, then `bound` bytes above them, the first freed (with
+// so.auto_complete its granules stay mapped and idle), then `request` bytes that do not fit in
+// the hole. Returns the pool's stats right after that request (the model checked); everything is
+// then freed and trimmed.
+pool_stats stats_after_idle_hole(const sim_options& so, const pool_options& po, std::size_t hole, std::size_t bound,
+                                 std::size_t request);
+
 }  // namespace gpumem::test
