@@ -22,6 +22,8 @@
 //   growth       physical memory newly created from the upstream (reserved goes up).
 //   idle budget  idle memory kept mapped (a share of live) rather than moved elsewhere.
 //   remap time budget  host time for moves, as a share of wall time; spent, the pool grows instead.
+//   reserve ceiling  peak reserved over peak live past which the pool moves idle memory before it
+//                grows, whatever the idle budget says.
 //   stream-ordered move  memory stream S freed while its work is still queued, mapped a second
 //                time under S's next request (S's work runs after the free); its old place
 //                *retires*: no one may allocate there, and it is unmapped once S has run past.
