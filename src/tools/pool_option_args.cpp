@@ -46,6 +46,10 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::stream_ordered_moves, a request on a stream may take memory that stream "
                    "freed while its work is still queued, mapped a second time (virtual upstreams)");
+  app.add_flag("--front-cache,!--no-front-cache", opts.front_cache,
+               std::string(what) +
+                   ": pool_options::front_cache, per-thread caches of freed blocks in front of the pool's lock "
+                   "(on by default; off, every request takes the pool's lock)");
   app.add_option("--remap-time-budget", opts.remap_time_budget,
                  std::string(what) +
                      ": pool_options::remap_time_budget, the most host time spent moving idle granules, as a "
@@ -72,6 +76,19 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
          std::string(what) +
              ": pool_options::max_handle_bytes, the largest physical handle the pool creates when it grows (e.g. "
              "32M; 0, the default, picks by policy: one granule per handle, 32 MiB with --grow-before-reclaim)")
+      ->type_name("BYTES");
+  app.add_option_function<std::string>(
+         "--front-cache-bytes",
+         [&opts](const std::string& v) {
+           try {
+             opts.front_cache_bytes = parse_byte_size(v);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--front-cache-bytes", e.what());
+           }
+         },
+         std::string(what) +
+             ": pool_options::front_cache_bytes, what each thread's front cache keeps per stream (e.g. 4M; "
+             "default 32M)")
       ->type_name("BYTES");
 }
 
