@@ -7,6 +7,25 @@
 
 namespace gpumem::tools {
 
+namespace {
+
+// A byte count (plain or with a K/M/G/T suffix) into `field`; a bad one is an error naming the option.
+void add_byte_size_option(CLI::App& app, const std::string& name, std::size_t& field, const std::string& help) {
+  app.add_option_function<std::string>(
+         name,
+         [&field, name](const std::string& v) {
+           try {
+             field = parse_byte_size(v);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError(name, e.what());
+           }
+         },
+         help)
+      ->type_name("BYTES");
+}
+
+}  // namespace
+
 void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what) {
   app.add_option("--idle-budget", opts.idle_budget,
                  std::string(what) +
@@ -64,32 +83,15 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
              ": pool_options::remap_cost_ns_per_granule in µs, the least a granule moved is charged against "
              "--remap-time-budget (the simulated device's calls cost nothing; the H200's cost ~36)")
       ->check(CLI::Range(0.0, 1e9));
-  app.add_option_function<std::string>(
-         "--max-handle-bytes",
-         [&opts](const std::string& v) {
-           try {
-             opts.max_handle_bytes = parse_byte_size(v);
-           } catch (const std::invalid_argument& e) {
-             throw CLI::ValidationError("--max-handle-bytes", e.what());
-           }
-         },
-         std::string(what) +
-             ": pool_options::max_handle_bytes, the largest physical handle the pool creates when it grows (e.g. "
-             "32M; 0, the default, picks by policy: one granule per handle, 32 MiB with --grow-before-reclaim)")
-      ->type_name("BYTES");
-  app.add_option_function<std::string>(
-         "--front-cache-bytes",
-         [&opts](const std::string& v) {
-           try {
-             opts.front_cache_bytes = parse_byte_size(v);
-           } catch (const std::invalid_argument& e) {
-             throw CLI::ValidationError("--front-cache-bytes", e.what());
-           }
-         },
-         std::string(what) +
-             ": pool_options::front_cache_bytes, what each thread's front cache keeps per stream (e.g. 4M; "
-             "default 32M)")
-      ->type_name("BYTES");
+  add_byte_size_option(app, "--max-handle-bytes", opts.max_handle_bytes,
+                       std::string(what) +
+                           ": pool_options::max_handle_bytes, the largest physical handle the pool creates when it "
+                           "grows (e.g. 32M; 0, the default, picks by policy: one granule per handle, 32 MiB with "
+                           "--grow-before-reclaim)");
+  add_byte_size_option(app, "--front-cache-bytes", opts.front_cache_bytes,
+                       std::string(what) +
+                           ": pool_options::front_cache_bytes, what each thread's front cache keeps per stream (e.g. "
+                           "4M; default 32M)");
 }
 
 }  // namespace gpumem::tools
