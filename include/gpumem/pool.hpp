@@ -49,10 +49,11 @@ struct pool_options {
   // 0.05 reserved 1.034 / 1.043 of peak live on the bert / llama traces at 124 / 8.7 granules moved
   // per 1000 operations, and with a ceiling of 1.03, 1.030 / 1.029 at 153 / 7.5 (resnet: 1.023 at
   // 42.8 either way). Growing first it does little: what that policy holds beyond live memory is
-  // in front caches and slabs, not idle granules (bert 1.306 with or without it). Live and peak live are the calling thread's exact figures
-  // when it is the pool's only thread, else the figures threads publish in steps of 1 MiB. It
-  // is a target, not a limit: when no memory can be moved the pool grows past it (use
-  // max_reserved_bytes for a limit), and what front caches and slabs hold counts as live to it.
+  // in front caches and slabs, not idle granules (bert 1.306 with or without it). Live and peak
+  // live are the calling thread's exact figures when it is the pool's only thread, else the
+  // figures threads publish in steps of 1 MiB. It is a target, not a limit: when no memory can be
+  // moved the pool grows past it (use max_reserved_bytes for a limit), and what front caches and
+  // slabs hold counts as live to it.
   double reserve_ceiling = 0.0;
   // Virtual upstreams: the largest physical handle the pool creates when it grows. Each run of
   // granules a request needs mapped gets handles of up to this size, each mapped in one piece.

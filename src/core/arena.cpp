@@ -208,6 +208,16 @@ arena::block_map::iterator arena::split(block_map::iterator b, std::uintptr_t at
   return right;
 }
 
+void arena::cut_at(std::uintptr_t x) {
+  if (x >= range_base_ + range_bytes_) return;
+  auto b = block_at(x);
+  if (b->first == x) return;
+  index_erase(b);
+  auto right = split(b, x);
+  index_insert(b);
+  index_insert(right);
+}
+
 // Every granule under [start, start + size) is mapped and every block over it ready or owned by
 // `s`: they become one live block; what they had outside the window stays free as it was.
 std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, stream_ref s) {
@@ -642,16 +652,8 @@ bool arena::free_for(std::size_t head, stream_ref s) const {
 // index and run; blocks reaching past either end are split there and keep their outer part.
 void arena::retire(std::size_t g0, std::size_t g1, stream_ref s) {
   const std::uintptr_t a = granule_addr(g0), e = granule_addr(g1);
-  auto split_at = [&](std::uintptr_t x) {
-    auto b = block_at(x);
-    if (b->first == x || b->first + b->second.size <= x) return;
-    index_erase(b);
-    auto right = split(b, x);
-    index_insert(b);
-    index_insert(right);
-  };
-  split_at(a);
-  if (e < range_base_ + range_bytes_) split_at(e);
+  cut_at(a);
+  cut_at(e);
   auto it = blocks_.find(a);
   const std::uint32_t segment = it->second.segment;
   std::uint64_t seq = 0;
@@ -764,8 +766,10 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got) {
 bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s, bool may_grow,
                           std::vector<piece>& got, std::string* why) {
   bool covered = false, waited = false;
-  std::size_t have = 0, most_new = max_handle_granules_;
+  std::size_t have = 0, most_new = max_handle_granules_;  // have: granules in got[first..]
   const std::size_t first = got.size();
+  std::size_t earlier = 0;  // granules taken for the window's earlier runs
+  for (const auto& p : got) earlier += p.granules;
   auto fail = [&](std::string text) {
     give_back_pieces(got.data() + first, got.data() + got.size());
     got.resize(first);
@@ -782,8 +786,7 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
     // remap time budget is spent: then growth first, and moves only when growing fails.) Within
     // the idle budget while growing stays under the reserve ceiling; past it, whatever is idle.
     const bool may_move = remap_allowed();
-    std::size_t taken = 0;  // handles taken for this window: reserved, neither mapped nor spare
-    for (const auto& p : got) taken += p.granules;
+    const std::size_t taken = earlier + have;  // taken for this window: reserved, neither mapped nor spare
     const bool within_budget = !past_ceiling(taken + rest);
     if (may_move && harvest(rest, keep_lo, keep_hi, within_budget)) continue;
     if (!covered) {
@@ -920,15 +923,10 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_g
 // [x, y), ready mapped memory (or already `s`'s), becomes free memory owned by `s` until its
 // clock passes `seq`.
 void arena::hold_for(std::uintptr_t x, std::uintptr_t y, stream_ref s, std::uint64_t seq) {
-  while (x < y) {
-    auto it = block_at(x);
+  cut_at(x);
+  cut_at(y);
+  for (auto it = blocks_.find(x); it != blocks_.end() && it->first < y;) {
     index_erase(it);
-    if (it->first < x) {
-      auto right = split(it, x);
-      index_insert(it);
-      it = right;
-    }
-    if (it->first + it->second.size > y) index_insert(split(it, y));
     block& b = it->second;
     if (b.st == state::ready) {
       add_busy(it->first, b.size, true);
@@ -938,8 +936,9 @@ void arena::hold_for(std::uintptr_t x, std::uintptr_t y, stream_ref s, std::uint
     } else {
       b.seq = std::max(b.seq, seq);
     }
-    x = it->first + b.size;
-    make_free(it);
+    const std::uintptr_t next_at = it->first + b.size;
+    make_free(it);  // may merge with its neighbours, both s's now
+    it = blocks_.lower_bound(next_at);
   }
 }
 

@@ -166,6 +166,9 @@ class arena {
   // Splits block `b` (in no index) at `at`: `b` keeps [.., at), the returned block (in no index,
   // same state) holds the rest.
   block_map::iterator split(block_map::iterator b, std::uintptr_t at);
+  // Virtual upstreams: a free block reaching over `x` (not starting there) is split at `x`, both
+  // parts indexed; nothing to do at a block's start or the range's end.
+  void cut_at(std::uintptr_t x);
   block_map::iterator find_fit(free_index& idx, std::size_t size, std::size_t alignment);
   // Plain upstreams: the best fit among `s`'s owned blocks and the ready blocks; owned wins a tie.
   block_map::iterator best_fit(std::size_t size, std::size_t alignment, stream_ref s);
