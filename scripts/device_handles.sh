@@ -21,8 +21,11 @@ set -u
 cd "$(dirname "$0")/.."
 D=.carry/gpu
 FINAL=${OUT:-/tmp/gpumem-handles}
-W=$(mktemp -d)
-mkdir -p "$FINAL"
+# Logs are written straight under $FINAL/w, so a call cut off at its time limit still brings back
+# what its finished runs wrote.
+W="$FINAL/w"
+mkdir -p "$W"
+export PYTHONUNBUFFERED=1
 
 if [[ -z "${SKIP_TESTS:-}" ]]; then
   GPUMEM_EXAMPLES="$PWD/examples" timeout ${TEST_TIMEOUT:-120} "$D/gpumem_gpu_tests" > "$W/gpu_tests.log" 2>&1
@@ -80,7 +83,6 @@ if [[ -z "${SKIP_TORCH:-}" ]]; then
     bash scripts/device_torch.sh > "$W/torch.txt" 2>&1
 fi
 
-tar czf "$FINAL/handles.tgz" -C "$W" .
 [[ -f "$W/gpu_tests.log" ]] && { echo "== GPU tests"; grep -E "PASSED|FAILED|rc=" "$W/gpu_tests.log" | tail -6; }
 [[ -f "$W/sanitizer.log" ]] && { echo "== compute-sanitizer"; grep -E "ERROR SUMMARY|PASSED|FAILED|rc=" "$W/sanitizer.log" | tail -5; }
 echo "== speed (ns/op, ns/pair, Mops/s)"
