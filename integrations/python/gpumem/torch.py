@@ -29,7 +29,8 @@ def use(**options):
     default is 0, the tightest): a job whose shapes change from step to step then stops remapping
     memory on every step, for up to 5% of live memory kept idle; idle_budget=0 asks for the
     tightest reserve, and reserve_ceiling=1.03 keeps the budget's savings only while peak
-    reserved stays within 1.03x peak live.
+    reserved stays within 1.03x peak live; with front_cache_bytes=0 as well, large freed blocks go
+    straight back to the pool, the tightest reserve measured (README, "The tightest reserve").
     Must run before the first CUDA allocation: PyTorch refuses to swap an allocator in use.
     Calling it again after success is a no-op (and options must then be empty)."""
     global _allocator
