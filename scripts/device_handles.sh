@@ -22,8 +22,9 @@ cd "$(dirname "$0")/.."
 D=.carry/gpu
 FINAL=${OUT:-/tmp/gpumem-handles}
 # Logs are written straight under $FINAL/w, so a call cut off at its time limit still brings back
-# what its finished runs wrote.
+# what its finished runs wrote. (Emptied first: several logs are appended to.)
 W="$FINAL/w"
+rm -rf "$W"
 mkdir -p "$W"
 export PYTHONUNBUFFERED=1
 
