@@ -66,7 +66,7 @@ arena::~arena() {
 
 arena::free_index& arena::index_of(const block& b) {
   if (b.st == state::ready) return b.mapped ? ready_ : void_;
-  return owned_[b.stream];
+  return owned_.try_emplace(b.stream, free_index::allocator_type(nodes_)).first->second;
 }
 void arena::index_insert(block_map::iterator it) { index_of(it->second).emplace(it->second.size, it->first); }
 void arena::index_erase(block_map::iterator it) {
@@ -1177,7 +1177,8 @@ void arena::check() const {
   if (allocated != allocated_) fail(fmt::format("allocated bytes {} != counted {}", allocated_, allocated));
   if (ready_count != ready_.size() || void_count != void_.size()) fail("a ready index holds blocks that are not ready");
   if (virtual_) {
-    if (runs != run_at_ || runs_.size() != run_at_.size()) fail("the run index is off");
+    if (!std::equal(runs.begin(), runs.end(), run_at_.begin(), run_at_.end()) || runs_.size() != run_at_.size())
+      fail("the run index is off");
     for (const auto& [a, n] : run_at_)
       if (!runs_.count({n, a})) fail(fmt::format("run {:#x} missing from the size index", a));
   }

@@ -60,6 +60,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/node_recycler.hpp"
 #include "core/stream_clock.hpp"
 #include "gpumem/pool.hpp"
 #include "gpumem/upstream.hpp"
@@ -155,8 +156,10 @@ class arena {
     std::uint64_t seq;           // owned: the free's sequence on `stream`; retiring: the last one's
     std::vector<stream_mark> waits;  // waiting: all must be met
   };
-  using block_map = std::map<std::uintptr_t, block>;
-  using free_index = std::set<std::pair<std::size_t, std::uintptr_t>>;
+  using block_map = std::map<std::uintptr_t, block, std::less<std::uintptr_t>,
+                             recycled<std::pair<const std::uintptr_t, block>>>;
+  using free_index = std::set<std::pair<std::size_t, std::uintptr_t>, std::less<std::pair<std::size_t, std::uintptr_t>>,
+                              recycled<std::pair<std::size_t, std::uintptr_t>>>;
   struct segment { std::uintptr_t base; std::size_t size; bool alive; };
 
   free_index& index_of(const block& b);
@@ -259,9 +262,10 @@ class arena {
   arena_options opts_;
   bool virtual_;
   std::size_t granule_;
-  block_map blocks_;
-  free_index ready_;                     // ready blocks; on a virtual upstream the mapped ones
-  free_index void_;                      // virtual: unmapped ready blocks
+  node_recycler nodes_;  // the nodes of the trees below (declared first: destroyed after them)
+  block_map blocks_{block_map::allocator_type(nodes_)};
+  free_index ready_{free_index::allocator_type(nodes_)};  // ready blocks; on a virtual upstream the mapped ones
+  free_index void_{free_index::allocator_type(nodes_)};   // virtual: unmapped ready blocks
   std::unordered_map<stream_ref, free_index> owned_;
   std::vector<std::uintptr_t> waiting_;  // addresses of waiting blocks
   std::vector<segment> segments_;
@@ -277,14 +281,16 @@ class arena {
   std::vector<std::uint32_t> handle_granules_;    // mapped: its handle's size in granules
   std::size_t max_handle_granules_ = 1;
   std::vector<std::uint32_t> busy_;               // non-ready bytes overlapping each granule
-  std::set<std::size_t> idle_;                    // mapped granules with no busy byte
+  // mapped granules with no busy byte
+  std::set<std::size_t, std::less<std::size_t>, recycled<std::size_t>> idle_{recycled<std::size_t>(nodes_)};
   std::vector<piece> spares_;                     // physical handles not mapped
   std::size_t spare_granules_ = 0;
   std::size_t mapped_ = 0;                        // granules mapped
   std::size_t high_water_ = 0;                    // end of the highest block ever live, relative
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
-  std::map<std::uintptr_t, std::size_t> run_at_;
-  free_index runs_;
+  std::map<std::uintptr_t, std::size_t, std::less<std::uintptr_t>, recycled<std::pair<const std::uintptr_t, std::size_t>>>
+      run_at_{recycled<std::pair<const std::uintptr_t, std::size_t>>(nodes_)};
+  free_index runs_{free_index::allocator_type(nodes_)};
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;
 
