@@ -1,7 +1,7 @@
 #pragma once
 // Tree nodes for the arena's indexes, kept for reuse. Every split, carve and coalesce allocates or
 // frees a node of the arena's std::map / std::set indexes; on bert's replay the heap's new and
-// delete for them were about a tenth of the pool's instructions (bench/RESULTS.md, session 10).
+// delete for them were about a seventh of the pool's instructions (bench/RESULTS.md, session 10).
 // A node freed here goes on a free list of its size and is handed out again at the cost of a
 // pointer swap; the lists go back to the heap when the recycler is destroyed — after the
 // containers using it (declare it before them), which give every node back as they go.
