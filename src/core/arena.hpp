@@ -156,10 +156,8 @@ class arena {
     std::uint64_t seq;           // owned: the free's sequence on `stream`; retiring: the last one's
     std::vector<stream_mark> waits;  // waiting: all must be met
   };
-  using block_map = std::map<std::uintptr_t, block, std::less<std::uintptr_t>,
-                             recycled<std::pair<const std::uintptr_t, block>>>;
-  using free_index = std::set<std::pair<std::size_t, std::uintptr_t>, std::less<std::pair<std::size_t, std::uintptr_t>>,
-                              recycled<std::pair<std::size_t, std::uintptr_t>>>;
+  using block_map = recycled_map<std::uintptr_t, block>;
+  using free_index = recycled_set<std::pair<std::size_t, std::uintptr_t>>;
   struct segment { std::uintptr_t base; std::size_t size; bool alive; };
 
   free_index& index_of(const block& b);
@@ -281,15 +279,13 @@ class arena {
   std::vector<std::uint32_t> handle_granules_;    // mapped: its handle's size in granules
   std::size_t max_handle_granules_ = 1;
   std::vector<std::uint32_t> busy_;               // non-ready bytes overlapping each granule
-  // mapped granules with no busy byte
-  std::set<std::size_t, std::less<std::size_t>, recycled<std::size_t>> idle_{recycled<std::size_t>(nodes_)};
+  recycled_set<std::size_t> idle_{recycled<std::size_t>(nodes_)};  // mapped granules with no busy byte
   std::vector<piece> spares_;                     // physical handles not mapped
   std::size_t spare_granules_ = 0;
   std::size_t mapped_ = 0;                        // granules mapped
   std::size_t high_water_ = 0;                    // end of the highest block ever live, relative
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
-  std::map<std::uintptr_t, std::size_t, std::less<std::uintptr_t>, recycled<std::pair<const std::uintptr_t, std::size_t>>>
-      run_at_{recycled<std::pair<const std::uintptr_t, std::size_t>>(nodes_)};
+  recycled_map<std::uintptr_t, std::size_t> run_at_{recycled<std::pair<const std::uintptr_t, std::size_t>>(nodes_)};
   free_index runs_{free_index::allocator_type(nodes_)};
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;

@@ -8,7 +8,10 @@
 // Not thread-safe: the arena is used under the pool's lock. Under AddressSanitizer nodes go straight
 // to the heap, so a use of a freed node is still caught.
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <new>
+#include <set>
 #include <utility>
 
 namespace gpumem::detail {
@@ -76,5 +79,11 @@ struct recycled {
     return a.r == b.r;
   }
 };
+
+// The ordered containers on it: constructed with recycled<...>(the recycler).
+template <class K, class V>
+using recycled_map = std::map<K, V, std::less<K>, recycled<std::pair<const K, V>>>;
+template <class K>
+using recycled_set = std::set<K, std::less<K>, recycled<K>>;
 
 }  // namespace gpumem::detail
