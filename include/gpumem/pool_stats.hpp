@@ -32,6 +32,14 @@ struct pool_stats {
   // pool_options::stream_ordered_moves: granules mapped under a request on the stream that had
   // freed them while its work was still queued (part of `maps`).
   std::uint64_t stream_ordered_moves = 0;
+  // Granules the driver really mapped and unmapped (virtual upstreams). `maps` and `unmaps` count
+  // the pool's moves; a granule moved away from a place stays mapped there (a kept mapping) until
+  // the place is needed by another handle, and moving it back there costs no driver call at all.
+  // `kept_mappings`: granules kept mapped that way now (address space only: their memory is
+  // counted once, where it is mapped or spare).
+  std::uint64_t driver_maps = 0;
+  std::uint64_t driver_unmaps = 0;
+  std::size_t kept_mappings = 0;
   std::uint64_t front_hits = 0;        // requests served by a front cache without the arena
   double fragmentation() const noexcept {
     return peak_live_bytes ? double(peak_reserved_bytes) / double(peak_live_bytes) : 0.0;

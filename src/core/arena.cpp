@@ -30,6 +30,7 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   handle_granules_.assign(granules, 0);
   max_handle_granules_ = std::max<std::size_t>(1, opts_.max_handle_bytes / granule_);
   busy_.assign(granules, 0);
+  kept_.assign(granules, physical_handle{0});
   remap_refilled_at_ = now_ns();
   // The whole range starts as one unmapped ready block: one run.
   auto it = blocks_.emplace(range_base_, block{range_bytes_, 0, state::ready, false, 0, 0, {}}).first;
@@ -39,7 +40,9 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
 
 arena::~arena() {
   if (virtual_) {
-    // Retiring places first: they own no handle, so the loop below, which releases each mapped
+    // Kept mappings first: their handles are released below, where they are mapped or spare.
+    for (std::size_t g = 0; g < kept_.size(); ++g) drop_kept(g);
+    // Retiring places next: they own no handle, so the loop below, which releases each mapped
     // handle once, must not see them.
     for (std::uintptr_t a : retiring_) {
       const std::size_t g0 = granule_of(a), g1 = granule_of(a + blocks_.at(a).size);
@@ -469,15 +472,23 @@ void arena::map_pieces(std::size_t g0, const piece* pieces, std::size_t count, s
   for (done = 0; done < count;) {
     std::size_t end = done + 1;
     const std::uint64_t t0 = timed ? now_ns() : 0;
-    if (pieces[done].granules == 1) {
+    // A handle still mapped here (a kept mapping): mapped again without a driver call.
+    const bool reused = pieces[done].granules == 1 && kept_[g] == pieces[done].h;
+    if (reused) {
+      forget_kept(g);
+    } else if (pieces[done].granules == 1) {
       singles.clear();
-      for (end = done; end < count && pieces[end].granules == 1; ++end) singles.push_back(pieces[end].h);
+      for (end = done; end < count && pieces[end].granules == 1 && kept_[g + (end - done)] != pieces[end].h; ++end) {
+        drop_kept(g + (end - done));  // another handle's kept mapping: unmapped first
+        singles.push_back(pieces[end].h);
+      }
       up_.map_run(reinterpret_cast<void*>(granule_addr(g)), granule_, singles.data(), singles.size());
     } else {
+      for (std::size_t k = 0; k < pieces[done].granules; ++k) drop_kept(g + k);
       up_.map(reinterpret_cast<void*>(granule_addr(g)), pieces[done].granules * granule_, pieces[done].h);
     }
-    ++map_calls_;
-    if (timed) {
+    if (!reused) ++map_calls_;
+    if (timed && !reused) {
       // Mapping a spare is the second half of a move; mapping new memory is growth, which any
       // allocator pays for. The call's time is split by granules between the two.
       std::size_t moved = 0, all = 0;
@@ -490,6 +501,7 @@ void arena::map_pieces(std::size_t g0, const piece* pieces, std::size_t count, s
     const std::size_t from = g;
     for (; done < end; ++done) {
       if (pieces[done].alias) stream_ordered_moved_ += pieces[done].granules;
+      if (pieces[done].granules == 1) home_[pieces[done].h.value] = g;
       for (std::size_t k = 0; k < pieces[done].granules; ++k, ++g) {
         granule_handle_[g] = pieces[done].h;
         handle_head_[g] = static_cast<std::uint32_t>(k);
@@ -497,24 +509,89 @@ void arena::map_pieces(std::size_t g0, const piece* pieces, std::size_t count, s
         idle_.insert(g);  // until the block over it is carved
         ++mapped_;
         ++maps_;
+        if (!reused) ++driver_maps_;
       }
     }
     set_mapped(granule_addr(from), granule_addr(g), true);
   }
 }
 
-void arena::unmap_run(std::size_t g0, std::size_t g1) {
-  up_.unmap(reinterpret_cast<void*>(granule_addr(g0)), (g1 - g0) * granule_);
-  ++unmap_calls_;
+void arena::unmap_run(std::size_t g0, std::size_t g1, bool keep_mappings) {
+  const bool keep = keep_mappings && std::all_of(handle_granules_.begin() + static_cast<std::ptrdiff_t>(g0),
+                                                 handle_granules_.begin() + static_cast<std::ptrdiff_t>(g1),
+                                                 [](std::uint32_t n) { return n == 1; });
+  if (!keep) {
+    up_.unmap(reinterpret_cast<void*>(granule_addr(g0)), (g1 - g0) * granule_);
+    ++unmap_calls_;
+  }
   for (std::size_t g = g0; g < g1; ++g) {
-    if (handle_head_[g] == 0) add_spare({granule_handle_[g], handle_granules_[g]});
+    const physical_handle h = granule_handle_[g];
+    if (handle_head_[g] == 0) add_spare({h, handle_granules_[g]});
+    if (auto home = home_.find(h.value); home != home_.end() && home->second == g) home_.erase(home);
+    if (keep) {
+      kept_[g] = h;
+      kept_at_[h.value].push_back(g);
+      ++kept_count_;
+    } else {
+      ++driver_unmaps_;
+    }
+    ++unmaps_;
     granule_handle_[g] = physical_handle{0};
     handle_head_[g] = handle_granules_[g] = 0;
     idle_.erase(g);
     --mapped_;
-    ++unmaps_;
   }
   set_mapped(granule_addr(g0), granule_addr(g1), false);
+}
+
+bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, std::vector<piece>& got) {
+  const physical_handle h = kept_[t];
+  if (!h.value) return false;
+  for (std::size_t i = 0; i < spares_.size(); ++i)
+    if (spares_[i].h == h) {
+      got.push_back(spares_[i]);
+      spare_granules_ -= spares_[i].granules;
+      spares_[i] = spares_.back();
+      spares_.pop_back();
+      return true;
+    }
+  auto home = home_.find(h.value);
+  if (home == home_.end()) return false;
+  const std::size_t g = home->second;
+  // Idle where it is (no busy byte: every free over it done, no retiring place) and not under the
+  // request itself.
+  if (granule_handle_[g] != h || handle_granules_[g] != 1 || busy_[g] || (g >= keep_lo && g < keep_hi)) return false;
+  unmap_run(g, g + 1, true);  // kept mapped there in turn; the handle becomes the newest spare
+  got.push_back(spares_.back());
+  spare_granules_ -= spares_.back().granules;
+  spares_.pop_back();
+  return true;
+}
+
+void arena::forget_kept(std::size_t g) {
+  const physical_handle h = kept_[g];
+  if (!h.value) return;
+  auto it = kept_at_.find(h.value);
+  auto& v = it->second;
+  v.erase(std::find(v.begin(), v.end(), g));
+  if (v.empty()) kept_at_.erase(it);
+  kept_[g] = physical_handle{0};
+  --kept_count_;
+}
+
+void arena::drop_kept(std::size_t g) {
+  if (!kept_[g].value) return;
+  up_.unmap(reinterpret_cast<void*>(granule_addr(g)), granule_);
+  ++unmap_calls_;
+  ++driver_unmaps_;  // the granule left its place earlier (counted in unmaps_ then)
+  forget_kept(g);
+}
+
+void arena::drop_kept_of(physical_handle h) {
+  auto it = kept_at_.find(h.value);
+  if (it == kept_at_.end()) return;
+  const std::vector<std::size_t> at = it->second;  // drop_kept edits the list
+  for (std::size_t g : at) drop_kept(g);
 }
 
 bool arena::handle_idle(std::size_t head) const {
@@ -586,7 +663,8 @@ std::size_t arena::top_idle_handle(std::size_t most, bool larger, std::size_t ke
 // idle granules go made no difference to peak reserved on the shared traces: lowest first, least
 // recently idle first and smallest hole first were tried.) Within the idle budget only the idle
 // granules above it may go.
-std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget) {
+std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget,
+                           bool keep_mappings) {
   if (idle_.empty() || want == 0) return 0;
   if (within_budget && opts_.keep_idle) return 0;
   if (within_budget) {
@@ -603,7 +681,9 @@ std::size_t arena::harvest(std::size_t want, std::size_t keep_lo, std::size_t ke
     g0 = head;
   }
   const std::uint64_t t0 = opts_.remap_time_budget > 0 ? now_ns() : 0;
-  unmap_run(g0, g1);
+  // Kept mapped or not, the budget is charged for this half of the move as before: it rations
+  // moves, and what a kept mapping saves shows in the driver counts, not in the budget.
+  unmap_run(g0, g1, keep_mappings);
   if (opts_.remap_time_budget > 0) charge_remap(now_ns() - t0, g1 - g0);
   return g1 - g0;
 }
@@ -680,10 +760,12 @@ void arena::finish_retiring(block_map::iterator it) {
   if (opts_.remap_time_budget > 0) charge_remap(now_ns() - t0, g1 - g0);
   ++unmap_calls_;
   for (std::size_t g = g0; g < g1; ++g) {
+    if (auto home = home_.find(granule_handle_[g].value); home != home_.end() && home->second == g) home_.erase(home);
     granule_handle_[g] = physical_handle{0};
     handle_head_[g] = handle_granules_[g] = 0;
     --mapped_;
     ++unmaps_;
+    ++driver_unmaps_;
   }
   retiring_granules_ -= g1 - g0;
   add_busy(a, it->second.size, false);  // unmapped now: not idle
@@ -728,6 +810,7 @@ void arena::add_spare(const piece& p) {
 }
 
 void arena::release_spare(std::size_t i) {
+  drop_kept_of(spares_[i].h);
   up_.release_physical(spares_[i].h, spares_[i].granules * granule_);
   spare_granules_ -= spares_[i].granules;
   spares_[i] = spares_.back();
@@ -751,10 +834,22 @@ bool arena::release_oversized(std::size_t most, std::size_t keep_lo, std::size_t
   return true;
 }
 
-bool arena::take_spare(std::size_t most, std::vector<piece>& got) {
+bool arena::take_spare(std::size_t most, std::vector<piece>& got, std::size_t wanted_lo, std::size_t wanted_hi) {
+  // A spare kept mapped in [wanted_lo, wanted_hi) is left alone: a later piece of the same run
+  // takes it there at no cost. (Taking it here instead, rather than moving or growing, would cost
+  // that piece a driver call and this one too.)
+  auto wanted = [&](const piece& p) {
+    if (p.granules != 1 || wanted_lo >= wanted_hi) return false;
+    auto at = kept_at_.find(p.h.value);
+    return at != kept_at_.end() && std::any_of(at->second.begin(), at->second.end(), [&](std::size_t g) {
+             return g >= wanted_lo && g < wanted_hi && kept_[g] == p.h;
+           });
+  };
   std::size_t best = SIZE_MAX;
   for (std::size_t i = 0; i < spares_.size(); ++i)
-    if (spares_[i].granules <= most && (best == SIZE_MAX || spares_[i].granules > spares_[best].granules)) best = i;
+    if (spares_[i].granules <= most && (best == SIZE_MAX || spares_[i].granules > spares_[best].granules) &&
+        !wanted(spares_[i]))
+      best = i;
   if (best == SIZE_MAX) return false;
   got.push_back(spares_[best]);
   spare_granules_ -= spares_[best].granules;
@@ -763,8 +858,8 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got) {
   return true;
 }
 
-bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s, bool may_grow,
-                          std::vector<piece>& got, std::string* why) {
+bool arena::take_physical(std::size_t g0, std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s,
+                          bool may_grow, std::vector<piece>& got, std::string* why) {
   bool covered = false, waited = false;
   std::size_t have = 0, most_new = max_handle_granules_;  // have: granules in got[first..]
   const std::size_t first = got.size();
@@ -778,7 +873,13 @@ bool arena::take_physical(std::size_t count, std::size_t keep_lo, std::size_t ke
   };
   while (have < count) {
     const std::size_t rest = count - have;
-    if (take_spare(rest, got)) {
+    // The handle still mapped where the next piece lands, if it is idle elsewhere: a move with no
+    // driver call, whatever the idle budget or the remap time budget say (they ration driver time).
+    if (take_kept(g0 + have, keep_lo, keep_hi, got)) {
+      have += got.back().granules;
+      continue;
+    }
+    if (take_spare(rest, got, g0 + have + 1, g0 + count)) {
       have += got.back().granules;
       continue;
     }
@@ -887,7 +988,7 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_g
   std::vector<piece> got;
   for (auto& r : runs) {
     r.first_piece = got.size();
-    if (!take_physical(r.count, g_lo, g_hi, s, may_grow, got, why)) {
+    if (!take_physical(r.g0, r.count, g_lo, g_hi, s, may_grow, got, why)) {
       give_back_pieces(got.data(), got.data() + got.size());
       return false;
     }
@@ -1038,7 +1139,7 @@ void arena::release(std::size_t keep_cached) {
       while (cached() > keep_cached && !spares_.empty()) release_spare(spares_.size() - 1);
       if (cached() <= keep_cached) break;
       const std::size_t excess = (cached() - keep_cached + granule_ - 1) / granule_;
-      if (!harvest(keep_cached ? excess : SIZE_MAX, 0, 0, false)) break;  // a run per call
+      if (!harvest(keep_cached ? excess : SIZE_MAX, 0, 0, false, false)) break;  // a run per call
     }
     return;
   }
@@ -1222,6 +1323,26 @@ void arena::check() const {
     for (const auto& p : spares_) ++owners[p.h.value];
     for (const auto& [h, n] : owners)
       if (n != 1) fail(fmt::format("physical handle {} has {} owners", h, n));
+    // Kept mappings: only on granules the arena counts unmapped, each of a live single-granule
+    // handle (mapped or spare), listed where its handle's list says; home_ names where each
+    // single-granule handle is mapped.
+    std::size_t kept = 0;
+    for (std::size_t g = 0; g < kept_.size(); ++g) {
+      const physical_handle h = kept_[g];
+      if (!h.value) continue;
+      ++kept;
+      if (granule_handle_[g].value) fail(fmt::format("granule {} is mapped and holds a kept mapping", g));
+      if (!owners.count(h.value)) fail(fmt::format("granule {} keeps a mapping of handle {}, which is gone", g, h.value));
+      auto at = kept_at_.find(h.value);
+      if (at == kept_at_.end() || std::count(at->second.begin(), at->second.end(), g) != 1)
+        fail(fmt::format("the kept mapping at granule {} is not listed once under its handle", g));
+    }
+    std::size_t listed = 0;
+    for (const auto& [h, v] : kept_at_) listed += v.size();
+    if (kept != kept_count_ || listed != kept) fail("kept mapping count is off");
+    for (const auto& [h, g] : home_)
+      if (g >= granule_handle_.size() || granule_handle_[g].value != h || handle_granules_[g] != 1)
+        fail(fmt::format("handle {} is not mapped at granule {}, its listed home", h, g));
   }
 }
 

@@ -51,6 +51,20 @@
 // S's free memory, owned by S until S has run past the old place's frees, so no other stream can
 // use it early; a request that fails puts what it marked back as S's free memory (no driver call
 // was made).
+//
+// Kept mappings. A move costs two driver calls per granule — an unmap where the memory was idle and
+// a map plus access where it is needed (~15 and ~30 µs on the H200) — and a job that repeats
+// itself moves the same granules back and forth between the same places every step. So a
+// single-granule handle moved away from granule G stays mapped at G as well: the arena counts G
+// unmapped (nothing is placed over it without mapping it again), but the driver's mapping remains,
+// a *kept mapping*. When a later request needs G and G's handle is idle where it is now (or a
+// spare), the handle moves back without a driver call: its current place becomes a kept mapping
+// in turn and G is mapped again. The physical memory is the same, counted once; only the address
+// space holds the extra mappings. Aliasing is safe for the same reason a move is: a handle leaves
+// a place only when every byte over it is ready (its frees done), and no block lies over a kept
+// mapping until the arena maps it again. A kept mapping that another handle needs is unmapped
+// then (the deferred half of the move), and all of a handle's kept mappings go before the handle
+// goes back to the upstream.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -143,6 +157,11 @@ class arena {
   // stream_ordered_moves: granules mapped a second time under a request on the stream that had
   // freed them (a subset of maps()).
   std::uint64_t stream_ordered_moves() const noexcept { return stream_ordered_moved_; }
+  // Granules the driver mapped and unmapped: maps() and unmaps() less what kept mappings saved
+  // (a granule mapped again where it still was, an unmap not yet made or never needed).
+  std::uint64_t driver_maps() const noexcept { return driver_maps_; }
+  std::uint64_t driver_unmaps() const noexcept { return driver_unmaps_; }
+  std::size_t kept_mappings() const noexcept { return kept_count_; }
 
  private:
   // retiring: a handle's old place after a stream-ordered move; in no index, in no run, busy.
@@ -198,21 +217,33 @@ class arena {
     bool alias = false;  // still mapped at a retiring place (a stream-ordered move)...
     std::uintptr_t from = 0;  // ...this one
   };
+  // Kept mappings (see the header comment).
+  // The handle kept mapped at granule `t`, idle where it is now or a spare, moved to `got` with
+  // its current place kept mapped in turn; false if there is none or it is busy or inside
+  // [keep_lo, keep_hi).
+  bool take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, std::vector<piece>& got);
+  void drop_kept(std::size_t g);        // the kept mapping at `g`, if any, unmapped (a driver call)
+  void drop_kept_of(physical_handle h);  // every kept mapping of `h`: before it goes upstream
+  void forget_kept(std::size_t g);       // the kept mapping at `g` is mapped again: bookkeeping only
   // Maps every unmapped granule under [a, a + n) (ready memory); false if memory could not be had.
   bool map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_grow, std::string* why);
   // Handles adding up to exactly `count` granules, for one run of missing granules: spares, then
   // idle handles outside [keep_lo, keep_hi), then new ones. Appended to `got`.
-  bool take_physical(std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s, bool may_grow,
-                     std::vector<piece>& got, std::string* why);
+  // `g0`: the run's first granule, where a kept mapping of an idle handle may serve at no cost.
+  bool take_physical(std::size_t g0, std::size_t count, std::size_t keep_lo, std::size_t keep_hi, stream_ref s,
+                     bool may_grow, std::vector<piece>& got, std::string* why);
   // [x, y), ready mapped memory (or already `s`'s), becomes free memory owned by `s` until its
   // clock passes `seq`: the rest of a granule that memory moved in stream order landed on.
   void hold_for(std::uintptr_t x, std::uintptr_t y, stream_ref s, std::uint64_t seq);
   // The largest spare of at most `most` granules, moved to `got`; false if none.
-  bool take_spare(std::size_t most, std::vector<piece>& got);
+  // Spares kept mapped in [wanted_lo, wanted_hi) are not taken.
+  bool take_spare(std::size_t most, std::vector<piece>& got, std::size_t wanted_lo = 0, std::size_t wanted_hi = 0);
   // Unmaps up to `want` granules of idle handles (each of at most `want`, every granule idle)
   // outside [keep_lo, keep_hi), one contiguous stretch (one upstream call), into the spares;
   // returns how many granules (0: none there, or, `within_budget`, none above the idle budget).
-  std::size_t harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget);
+  // `keep_mappings`: single-granule handles stay mapped where they were (a move, not a release).
+  std::size_t harvest(std::size_t want, std::size_t keep_lo, std::size_t keep_hi, bool within_budget,
+                      bool keep_mappings = true);
   // Gives one spare or idle handle of more than `most` granules (outside [keep_lo, keep_hi)) back
   // to the upstream; `within_budget`: only idle memory above the idle budget. False if none.
   bool release_oversized(std::size_t most, std::size_t keep_lo, std::size_t keep_hi, bool within_budget);
@@ -243,8 +274,9 @@ class arena {
   void charge_remap(std::uint64_t ns, std::size_t granules);
   std::uint64_t now_ns() const;
   void map_pieces(std::size_t g0, const piece* pieces, std::size_t count, std::size_t& done);
-  // Unmaps [g0, g1) — whole handles — and keeps their handles as spares.
-  void unmap_run(std::size_t g0, std::size_t g1);
+  // Unmaps [g0, g1) — whole handles — and keeps their handles as spares. `keep_mappings`: where
+  // every handle is one granule, they stay mapped there as kept mappings (no driver call).
+  void unmap_run(std::size_t g0, std::size_t g1, bool keep_mappings = false);
   void add_spare(const piece& p);     // a handle not mapped, kept; spare_granules_ follows
   void give_back_pieces(const piece* begin, const piece* end);  // a failed request's handles
   void release_spare(std::size_t i);  // spare `i` back to the upstream
@@ -279,6 +311,13 @@ class arena {
   std::vector<std::uint32_t> handle_granules_;    // mapped: its handle's size in granules
   std::size_t max_handle_granules_ = 1;
   std::vector<std::uint32_t> busy_;               // non-ready bytes overlapping each granule
+  // Kept mappings: per granule the handle still mapped there though the granule counts unmapped
+  // (value 0: none); per handle, where it is kept; and where each single-granule handle is mapped.
+  std::vector<physical_handle> kept_;
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> kept_at_;
+  std::unordered_map<std::uint64_t, std::size_t> home_;
+  std::size_t kept_count_ = 0;
+  std::uint64_t driver_maps_ = 0, driver_unmaps_ = 0;
   recycled_set<std::size_t> idle_{recycled<std::size_t>(nodes_)};  // mapped granules with no busy byte
   std::vector<piece> spares_;                     // physical handles not mapped
   std::size_t spare_granules_ = 0;

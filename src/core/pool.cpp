@@ -1008,6 +1008,9 @@ pool_stats pool::stats() const {
   s.remap_ns = p.arena.remap_ns();
   s.remaps_deferred = p.arena.remaps_deferred();
   s.stream_ordered_moves = p.arena.stream_ordered_moves();
+  s.driver_maps = p.arena.driver_maps();
+  s.driver_unmaps = p.arena.driver_unmaps();
+  s.kept_mappings = p.arena.kept_mappings();
   s.map_calls = p.arena.map_calls();
   s.unmap_calls = p.arena.unmap_calls();
   s.events_recorded = p.clock.events_recorded();

@@ -96,6 +96,11 @@ nlohmann::json to_json(const replay_result& r) {
     j["remap_ms"] = double(r.stats.remap_ns) / 1e6;
     j["remaps_deferred"] = r.stats.remaps_deferred;
     j["stream_ordered_moves"] = r.stats.stream_ordered_moves;
+    // Kept mappings: what the driver really did (moves back where a granule was still mapped cost
+    // no call).
+    j["driver_granules_per_1000_ops"] = r.per_1000_ops(r.stats.driver_maps + r.stats.driver_unmaps);
+    j["driver_maps"] = r.stats.driver_maps;
+    j["driver_unmaps"] = r.stats.driver_unmaps;
   }
   return j;
 }
@@ -129,6 +134,10 @@ void print_upstream(const replay_result& r) {
   if (r.stats.stream_ordered_moves)
     fmt::print("  stream-ordered moves: {} granules mapped under their own stream's queued frees\n",
                r.stats.stream_ordered_moves);
+  if (r.stats.driver_maps + r.stats.driver_unmaps < r.stats.maps + r.stats.unmaps)
+    fmt::print("  kept mappings: the driver mapped or unmapped {:.2f} granules per 1000 ops (the rest moved back where "
+               "they were still mapped, or wait mapped)\n",
+               r.per_1000_ops(r.stats.driver_maps + r.stats.driver_unmaps));
 }
 
 int run(const replay_args& a) {

@@ -179,8 +179,12 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
     throw model_error(fmt::format("{:#x} ({} B) is not mapped on the device", a, bytes));
   const std::size_t block = block_bytes_ ? block_bytes_(ptr, bytes, alignment) : 0;
   const std::uintptr_t end = a + std::max(footprint_ ? std::max(bytes, footprint_(bytes, alignment)) : bytes, block);
-  const auto elsewhere = aliases_ ? aliases_->aliases(a, end) : std::vector<std::pair<std::uintptr_t, std::uintptr_t>>{};
+  // The device's mappings are read under the model's lock, so they and the live blocks are seen at
+  // one moment: read before it, another thread could unmap a place, map it again and record a
+  // live block there in between (its unmap tells the model only after the spy's table changed,
+  // and the spy never calls the model while holding its own lock, so this order cannot deadlock).
   std::lock_guard lock(m_);
+  const auto elsewhere = aliases_ ? aliases_->aliases(a, end) : std::vector<std::pair<std::uintptr_t, std::uintptr_t>>{};
   // The same memory at another place: no live block there, and what was freed there is safe for
   // `s` (it stays recorded: that place is unmapped later, under the unmap check).
   for (const auto& [x0, x1] : elsewhere) {

@@ -1,0 +1,98 @@
+// Kept mappings (arena.hpp): a granule moved away from a place stays mapped there too, so moving it
+// back costs no driver call; a place another handle needs loses its kept mapping first; and every
+// kept mapping is gone before its handle goes back to the upstream.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "gpumem/replay.hpp"
+#include "gpumem/trace.hpp"
+#include "support/pool_model.hpp"
+
+namespace {
+
+using namespace gpumem;
+using gpumem::test::MiB;
+using gpumem::test::sim_pool_rig;
+
+// Front caches off, so every free reaches the arena; 70 MiB of address space (35 granules), so
+// where each request can land is forced.
+pool_options narrow_range() {
+  pool_options po;
+  po.front_cache = false;
+  po.address_range_bytes = 70 * MiB;
+  return po;
+}
+
+// A (32 MiB at 0) is freed; C (36 MiB) fits only above the 2 MiB pin, on A's 16 granules moved
+// there (kept mapped at 0) and 2 new. C is freed and E (6 MiB) takes the bottom of C's place; D
+// (32 MiB) then fits only at 0, where 13 of the 16 kept mappings belong to handles idle in C's
+// place: they move back with no driver call. The 3 whose handles are under E stay busy there, so
+// C's 2 new granules move in and 1 more is created, each over a kept mapping unmapped first.
+TEST(KeptMapping, AGranuleMovedBackWhereItIsStillMappedCostsNoDriverCall) {
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, narrow_range());
+  void* a = r.allocate(32 * MiB, default_alignment, 0);
+  void* pin = r.allocate(2 * MiB, default_alignment, 0);
+  r.deallocate(a, 0);
+  void* c = r.allocate(36 * MiB, default_alignment, 0);
+  const pool_stats after_c = r.p->stats();
+  EXPECT_EQ(after_c.unmaps, 16u) << "A's granules left their place";
+  EXPECT_EQ(after_c.driver_unmaps, 0u) << "...but stayed mapped there";
+  EXPECT_EQ(after_c.kept_mappings, 16u);
+  EXPECT_EQ(after_c.reserved_bytes, 38 * MiB) << "A's memory counted once";
+  r.deallocate(c, 0);
+  void* e = r.allocate(6 * MiB, default_alignment, 0);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(e), reinterpret_cast<std::uintptr_t>(pin) + 2 * MiB);
+  const pool_stats before_d = r.p->stats();
+  void* d = r.allocate(32 * MiB, default_alignment, 0);
+  const pool_stats after_d = r.p->stats();
+  EXPECT_EQ(d, a) << "D fits only where A was";
+  EXPECT_EQ(after_d.maps - before_d.maps, 16u);
+  EXPECT_EQ(after_d.driver_maps - before_d.driver_maps, 3u) << "13 granules moved back where they were mapped";
+  EXPECT_EQ(after_d.driver_unmaps - before_d.driver_unmaps, 3u) << "3 kept mappings made room for other handles";
+  EXPECT_EQ(after_d.reserved_bytes, 40 * MiB) << "one granule more: 20 are live";
+  r.model->check_full();
+  r.deallocate(d, 0);
+  r.deallocate(e, 0);
+  r.deallocate(pin, 0);
+  r.free_all_and_trim();
+  const pool_stats end = r.p->stats();
+  EXPECT_EQ(end.kept_mappings, 0u) << "trim unmaps every kept mapping before releasing its handle";
+  EXPECT_EQ(end.driver_maps, end.driver_unmaps) << "every mapping the driver made is undone";
+  EXPECT_EQ(r.dev->used_bytes(), 0u);
+}
+
+// The pool's destructor unmaps kept mappings too: the device is left with nothing mapped.
+TEST(KeptMapping, ThePoolsEndUnmapsThemAll) {
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, narrow_range());
+  void* a = r.allocate(32 * MiB, default_alignment, 0);
+  void* pin = r.allocate(2 * MiB, default_alignment, 0);
+  r.deallocate(a, 0);
+  void* c = r.allocate(36 * MiB, default_alignment, 0);
+  ASSERT_EQ(r.p->stats().kept_mappings, 16u);
+  ASSERT_TRUE(r.dev->is_mapped(a, 32 * MiB)) << "the simulated driver still maps A's place";
+  r.deallocate(c, 0);
+  r.deallocate(pin, 0);
+  r.model->check_full();
+  r.up->watch(nullptr);
+  r.model.reset();
+  r.p.reset();
+  EXPECT_FALSE(r.dev->is_mapped(a, 2 * MiB));
+  EXPECT_EQ(r.dev->used_bytes(), 0u);
+}
+
+// The example inference trace (varying shapes, tight reserve): a third of its moves go back where
+// the granule was still mapped, and the reserve is what it was without kept mappings.
+TEST(KeptMapping, OnAVaryingShapeTraceManyMovesCostNoDriverCall) {
+  const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
+  replay_options o;
+  o.passes = 3;
+  const replay_result r = replay(t, o);
+  EXPECT_EQ(r.failed_allocs, 0u);
+  const pool_stats& s = r.stats;
+  ASSERT_GT(s.maps + s.unmaps, 1000u);
+  EXPECT_LT(double(s.driver_maps + s.driver_unmaps), 0.8 * double(s.maps + s.unmaps));
+  EXPECT_LT(s.fragmentation(), 1.03);
+}
+
+}  // namespace
