@@ -87,7 +87,7 @@ fi
 [[ -f "$W/gpu_tests.log" ]] && { echo "== GPU tests"; grep -E "PASSED|FAILED|rc=" "$W/gpu_tests.log" | tail -6; }
 [[ -f "$W/sanitizer.log" ]] && { echo "== compute-sanitizer"; grep -E "ERROR SUMMARY|PASSED|FAILED|rc=" "$W/sanitizer.log" | tail -5; }
 echo "== speed (ns/op, ns/pair, Mops/s)"
-grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"\(ns_per_op\|ns_per_pair\|mops_per_s\)":[0-9.e+]*\(,"peak_reserved_over_live":[0-9.e+]*,"granules_moved":[0-9]*\)\?' \
+grep -o '"pattern":"[^"]*","allocator":"[^"]*".*"\(ns_per_op\|ns_per_pair\|mops_per_s\)":[0-9.e+]*\(,"peak_reserved_over_live":[0-9.e+]*,"granules_moved":[0-9]*\(,"driver_granules":[0-9]*\)\?\)\?' \
   "$W/speed.jsonl" | sed 's/"device":"[^"]*",//; s/"//g; s/pattern://; s/allocator://; s/peak_reserved_over_live/res/'
 echo "== replay on the GPU pool: frag, ns/op, maps, upstream calls"
 sed -E 's/\{.*"fragmentation":([0-9.]+).*"granules_mapped_unmapped_per_1000_ops":([0-9.]+).*"maps":([0-9]+).*"ns_per_op":([0-9.]+).*"upstream_calls":([0-9]+).*/frag \1 moved\/1k \2 maps \3 ns \4 up \5/' "$W/replay.txt"

@@ -544,7 +544,7 @@ void arena::unmap_run(std::size_t g0, std::size_t g1, bool keep_mappings) {
   set_mapped(granule_addr(g0), granule_addr(g1), false);
 }
 
-bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, std::vector<piece>& got) {
+bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, bool from_idle, std::vector<piece>& got) {
   const physical_handle h = kept_[t];
   if (!h.value) return false;
   for (std::size_t i = 0; i < spares_.size(); ++i)
@@ -555,7 +555,7 @@ bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, s
       spares_.pop_back();
       return true;
     }
-  auto home = home_.find(h.value);
+  auto home = from_idle ? home_.find(h.value) : home_.end();
   if (home == home_.end()) return false;
   const std::size_t g = home->second;
   // Idle where it is (no busy byte: every free over it done, no retiring place) and not under the
@@ -873,9 +873,13 @@ bool arena::take_physical(std::size_t g0, std::size_t count, std::size_t keep_lo
   };
   while (have < count) {
     const std::size_t rest = count - have;
-    // The handle still mapped where the next piece lands, if it is idle elsewhere: a move with no
-    // driver call, whatever the idle budget or the remap time budget say (they ration driver time).
-    if (take_kept(g0 + have, keep_lo, keep_hi, got)) {
+    const std::size_t taken = earlier + have;  // taken for this window: reserved, neither mapped nor spare
+    const bool within_budget = !past_ceiling(taken + rest);
+    // The handle still mapped where the next piece lands, if it is a spare or idle elsewhere: a
+    // move with no driver call, whatever the remap time budget says (it rations driver time). Idle
+    // memory the idle budget keeps in place stays there (else the place it leaves grows later).
+    const bool idle_may_move = !within_budget || (!opts_.keep_idle && idle_.size() > idle_budget_granules());
+    if (take_kept(g0 + have, keep_lo, keep_hi, idle_may_move, got)) {
       have += got.back().granules;
       continue;
     }
@@ -887,8 +891,6 @@ bool arena::take_physical(std::size_t g0, std::size_t count, std::size_t keep_lo
     // remap time budget is spent: then growth first, and moves only when growing fails.) Within
     // the idle budget while growing stays under the reserve ceiling; past it, whatever is idle.
     const bool may_move = remap_allowed();
-    const std::size_t taken = earlier + have;  // taken for this window: reserved, neither mapped nor spare
-    const bool within_budget = !past_ceiling(taken + rest);
     if (may_move && harvest(rest, keep_lo, keep_hi, within_budget)) continue;
     if (!covered) {
       covered = true;

@@ -218,10 +218,10 @@ class arena {
     std::uintptr_t from = 0;  // ...this one
   };
   // Kept mappings (see the header comment).
-  // The handle kept mapped at granule `t`, idle where it is now or a spare, moved to `got` with
-  // its current place kept mapped in turn; false if there is none or it is busy or inside
-  // [keep_lo, keep_hi).
-  bool take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, std::vector<piece>& got);
+  // The handle kept mapped at granule `t`, a spare or (`from_idle`) idle where it is now, moved
+  // to `got` with its current place kept mapped in turn; false if there is none or it is busy or
+  // inside [keep_lo, keep_hi).
+  bool take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, bool from_idle, std::vector<piece>& got);
   void drop_kept(std::size_t g);        // the kept mapping at `g`, if any, unmapped (a driver call)
   void drop_kept_of(physical_handle h);  // every kept mapping of `h`: before it goes upstream
   void forget_kept(std::size_t g);       // the kept mapping at `g` is mapped again: bookkeeping only

@@ -296,7 +296,8 @@ replay_result replay(const trace& t, const replay_options& given) {
   const pool_stats so_far = tgt->stats();
   soak_pass log_entry{pass, tgt->reserved(), tgt->peak_reserved(), 0, so_far.maps + so_far.unmaps,
                       so_far.map_calls + so_far.unmap_calls,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                      so_far.driver_maps + so_far.driver_unmaps};
   // A soak's next pass starts from what the trace left live: give it back so slots start clean.
   if (!last)
     for (auto& b : live)

@@ -42,6 +42,7 @@ void note_pool(bench_result& r, const bench_allocator& a) {
   if (const std::optional<pool_stats> st = a.gpumem_stats()) {
     r.reserve_over_live = st->fragmentation();
     r.granules_moved = st->maps + st->unmaps;
+    r.driver_granules = st->driver_maps + st->driver_unmaps;
   }
 }
 
@@ -369,6 +370,7 @@ struct replay_pass {
   // gpumem's pools: peak reserved / peak live at the pass's end, granules moved in the pass.
   double reserve = 0;
   std::uint64_t moved = 0;
+  std::uint64_t driver = 0;  // of those, by the driver (kept mappings)
 };
 struct replay_pair_ns {
   replay_pass cold, warm;
@@ -463,6 +465,8 @@ replay_pair_ns replay_gpumem(bench_allocator& a, const trace& t, const std::stri
   }
   out.cold.moved = first.granules_moved;
   out.warm.moved = second.granules_moved - first.granules_moved;
+  out.cold.driver = first.driver_granules;
+  out.warm.driver = second.driver_granules - first.driver_granules;
   return out;
 }
 
@@ -496,6 +500,8 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
           warm.reserve_over_live = ns.warm.reserve;
           cold.granules_moved = ns.cold.moved;
           warm.granules_moved = ns.warm.moved;
+          cold.driver_granules = ns.cold.driver;
+          warm.driver_granules = ns.warm.driver;
         }
         if ((ns.cold.ns_per_op + ns.warm.ns_per_op) * double(ns.ops) > c.replay_max_run_s * 1e9) break;
       }
@@ -525,7 +531,8 @@ std::string to_json_line(const bench_result& r) {
   }
   if (r.reserve_over_live > 0)
     j += ",\"peak_reserved_over_live\":" + json_number(r.reserve_over_live) +
-         ",\"granules_moved\":" + std::to_string(r.granules_moved);
+         ",\"granules_moved\":" + std::to_string(r.granules_moved) +
+         ",\"driver_granules\":" + std::to_string(r.driver_granules);
   if (!r.pool_options.empty()) j += ",\"pool_options\":" + json_string(r.pool_options);
   j += ",\"reps\":" + std::to_string(r.reps) + ",\"ops_per_run\":" + std::to_string(r.ops) + "}";
   return j;

@@ -58,6 +58,7 @@ struct bench_result {
   // (threads: over every thread count so far; replay: over that pass).
   double reserve_over_live = 0;
   std::uint64_t granules_moved = 0;
+  std::uint64_t driver_granules = 0;  // of those, mapped or unmapped by the driver (kept mappings)
   // gpumem's rows: the pool options that differ from the defaults ("idle_budget=0.05,
   // grow_before_reclaim=1"), so a JSON line says which pool it measured; empty: the defaults.
   std::string pool_options;

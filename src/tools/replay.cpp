@@ -68,6 +68,7 @@ nlohmann::json to_json(const replay_result& r) {
                      {"integrity_mismatches", p.integrity_mismatches},
                      {"granules_moved", p.granules_moved},
                      {"map_unmap_calls", p.map_unmap_calls},
+                     {"driver_granules", p.driver_granules},
                      {"seconds", p.seconds}});
   }
   if (r.integrity_checked) {

@@ -5,7 +5,7 @@ set(_ib_trace ${PROJECT_SOURCE_DIR}/examples/varlen_inference.csv)
 add_test(NAME cli_replay_pass_log_slow_path
   COMMAND $<TARGET_FILE:gpumem_cli> replay ${_ib_trace} --passes 2 --idle-budget 0.25 --json)
 set_tests_properties(cli_replay_pass_log_slow_path PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"pass_log\":\\[\\{\"granules_moved\":[1-9][0-9]*,\"integrity_mismatches\":0,\"map_unmap_calls\":[1-9][0-9]*,\"pass\":1,.*\"seconds\":[0-9.e+-]+\\},\\{\"granules_moved\":[1-9][0-9]*,.*\"pass\":2,")
+  PASS_REGULAR_EXPRESSION "\"pass_log\":\\[\\{\"driver_granules\":[1-9][0-9]*,\"granules_moved\":[1-9][0-9]*,\"integrity_mismatches\":0,\"map_unmap_calls\":[1-9][0-9]*,\"pass\":1,.*\"seconds\":[0-9.e+-]+\\},\\{\"driver_granules\":[1-9][0-9]*,\"granules_moved\":[1-9][0-9]*,.*\"pass\":2,")
 
 # Bad budgets: each command exits non-zero and names the option.
 foreach(_cmd replay bench)
