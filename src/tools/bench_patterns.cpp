@@ -403,7 +403,7 @@ replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
   const std::uint32_t slots = resolved.count;
   struct slot { void* p = nullptr; std::size_t bytes = 0; stream_ref s = 0; };
   replay_pair_ns out;
-  std::uint64_t moved_before = 0;  // gpumem's pool: granules moved before this pass
+  std::uint64_t moved_before = 0, driver_before = 0;  // gpumem's pool: granules moved before this pass
   for (replay_pass* pass : {&out.cold, &out.warm}) {
     std::vector<slot> live(slots);
     std::uint64_t n = 0;
@@ -431,6 +431,8 @@ replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
       pass->reserve = st->fragmentation();
       pass->moved = st->maps + st->unmaps - moved_before;
       moved_before = st->maps + st->unmaps;
+      pass->driver = st->driver_maps + st->driver_unmaps - driver_before;
+      driver_before = st->driver_maps + st->driver_unmaps;
     }
     for (auto& b : live)
       if (b.p) a.free(b.p, b.bytes, b.s);
