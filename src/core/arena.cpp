@@ -755,17 +755,32 @@ void arena::retire(std::size_t g0, std::size_t g1, stream_ref s) {
 void arena::finish_retiring(block_map::iterator it) {
   const std::uintptr_t a = it->first;
   const std::size_t g0 = granule_of(a), g1 = granule_of(a + it->second.size);
-  const std::uint64_t t0 = opts_.remap_time_budget > 0 ? now_ns() : 0;
-  up_.unmap(reinterpret_cast<void*>(a), (g1 - g0) * granule_);
-  if (opts_.remap_time_budget > 0) charge_remap(now_ns() - t0, g1 - g0);
-  ++unmap_calls_;
+  // A single-granule handle still in the pool (mapped at its new place, or a spare) stays mapped
+  // here as a kept mapping: a later request here takes it back with no driver call.
+  auto alive = [&](physical_handle h) {
+    return home_.count(h.value) || std::any_of(spares_.begin(), spares_.end(), [&](const piece& p) { return p.h == h; });
+  };
+  const bool keep = handle_granules_[g0] == 1 && g1 == g0 + 1 && alive(granule_handle_[g0]);
+  if (!keep) {
+    const std::uint64_t t0 = opts_.remap_time_budget > 0 ? now_ns() : 0;
+    up_.unmap(reinterpret_cast<void*>(a), (g1 - g0) * granule_);
+    if (opts_.remap_time_budget > 0) charge_remap(now_ns() - t0, g1 - g0);
+    ++unmap_calls_;
+  }
   for (std::size_t g = g0; g < g1; ++g) {
-    if (auto home = home_.find(granule_handle_[g].value); home != home_.end() && home->second == g) home_.erase(home);
+    const physical_handle h = granule_handle_[g];
+    if (auto home = home_.find(h.value); home != home_.end() && home->second == g) home_.erase(home);
+    if (keep) {
+      kept_[g] = h;
+      kept_at_[h.value].push_back(g);
+      ++kept_count_;
+    } else {
+      ++driver_unmaps_;
+    }
     granule_handle_[g] = physical_handle{0};
     handle_head_[g] = handle_granules_[g] = 0;
     --mapped_;
     ++unmaps_;
-    ++driver_unmaps_;
   }
   retiring_granules_ -= g1 - g0;
   add_busy(a, it->second.size, false);  // unmapped now: not idle

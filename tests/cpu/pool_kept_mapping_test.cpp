@@ -1,6 +1,7 @@
-// Kept mappings (arena.hpp): a granule moved away from a place stays mapped there too, so moving it
-// back costs no driver call; a place another handle needs loses its kept mapping first; and every
-// kept mapping is gone before its handle goes back to the upstream.
+// Kept mappings (arena.hpp): a granule moved away from a place (by a move, or when a place a
+// stream-ordered move left retires) stays mapped there too, so moving it back costs no driver
+// call; a place another handle needs loses its kept mapping first; and every kept mapping is gone
+// before its handle goes back to the upstream.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -78,6 +79,40 @@ TEST(KeptMapping, ThePoolsEndUnmapsThemAll) {
   r.model.reset();
   r.p.reset();
   EXPECT_FALSE(r.dev->is_mapped(a, 2 * MiB));
+  EXPECT_EQ(r.dev->used_bytes(), 0u);
+}
+
+// Stream-ordered moves (pool_options::stream_ordered_moves): memory stream S freed while its work
+// is still queued is mapped a second time under S's next request, and its old place retires. Once
+// S has run past the frees there, the old place stays mapped as a kept mapping instead of being
+// unmapped: no driver call, and the next request there may take it back for free.
+TEST(KeptMapping, ARetiringPlaceBecomesAKeptMappingNotADriverUnmap) {
+  pool_options po;
+  po.stream_ordered_moves = true;
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);  // completes nothing until told
+  const stream_ref s = r.dev->create_stream();
+  void* a = r.allocate(64 * MiB, default_alignment, s);
+  void* pin = r.allocate(2 * MiB, default_alignment, s);
+  r.deallocate(a, s);
+  void* c = r.allocate(96 * MiB, default_alignment, s);  // A's 32 granules moved in stream order
+  ASSERT_EQ(r.p->stats().stream_ordered_moves, 32u);
+  r.dev->complete(s);
+  // A request that needs a new granule looks at the stream clock first: A's place finishes
+  // retiring, and the request lands at its start (the best fit), on a new granule. Its handle is
+  // busy in C's place, so the kept mapping there gives way: one driver unmap, the other 31 stay.
+  void* f = r.allocate(2 * MiB, default_alignment, s);
+  EXPECT_EQ(f, a);
+  const pool_stats st = r.p->stats();
+  EXPECT_EQ(st.kept_mappings, 31u);
+  EXPECT_EQ(st.driver_unmaps, 1u) << "A's old place stayed mapped but under F";
+  EXPECT_EQ(st.unmaps, 32u) << "the pool counts all 32 unmapped";
+  EXPECT_TRUE(r.dev->is_mapped(a, 64 * MiB));
+  EXPECT_EQ(r.dev->used_bytes(), st.reserved_bytes) << "its memory is counted once";
+  r.model->check_full();
+  for (void* p : {c, f, pin}) r.deallocate(p, s);
+  r.dev->complete_all();
+  r.free_all_and_trim();
+  EXPECT_EQ(r.p->stats().kept_mappings, 0u);
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }
 
