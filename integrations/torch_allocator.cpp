@@ -422,13 +422,14 @@ __attribute__((visibility("default"))) int gpumem_configure(const char* config) 
   }
 }
 
-// out[n] (n <= 17) = the six of gpumem_stats, then: upstream allocations, granules mapped,
+// out[n] (n <= 19) = the six of gpumem_stats, then: upstream allocations, granules mapped,
 // granules unmapped, map calls, unmap calls, events recorded, front-cache hits, failed allocations,
-// remap ns, remaps deferred, granules moved in stream order.
+// remap ns, remaps deferred, granules moved in stream order, and the granules the driver really
+// mapped and unmapped (the pool's moves less what kept mappings saved).
 // Returns how many it wrote, or -1 on error. Zeros for a device with no pool yet.
 __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint64_t* out, int n) noexcept {
   try {
-    constexpr int fields = 17;
+    constexpr int fields = 19;
     if (out == nullptr || n < 0) return -1;
     n = n < fields ? n : fields;
     std::uint64_t all[fields] = {};
@@ -438,7 +439,7 @@ __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint
                                        s.allocations,    s.deallocations,   s.upstream_calls, s.maps,
                                        s.unmaps,         s.map_calls,       s.unmap_calls,    s.events_recorded,
                                        s.front_hits,     s.failed_allocations, s.remap_ns,     s.remaps_deferred,
-                                       s.stream_ordered_moves};
+                                       s.stream_ordered_moves, s.driver_maps, s.driver_unmaps};
       std::copy(v, v + fields, all);
     }
     std::copy(all, all + n, out);

@@ -24,7 +24,8 @@ __all__ = ["configure", "last_error", "library_path", "stats", "trim", "record_s
 _STAT_KEYS = ("live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes",
               "allocations", "frees", "upstream_allocations", "granules_mapped", "granules_unmapped",
               "map_calls", "unmap_calls", "events_recorded", "front_hits", "failed_allocations",
-              "remap_ns", "remaps_deferred", "stream_ordered_moves")
+              "remap_ns", "remaps_deferred", "stream_ordered_moves", "driver_granules_mapped",
+              "driver_granules_unmapped")
 
 
 def _device(device) -> int:
@@ -45,7 +46,9 @@ def stats(device=None) -> dict:
     without the pool's lock), failed_allocations; with remap_time_budget, remap_ns (host time
     charged for moving granules) and remaps_deferred (moves it turned down); stream_ordered_moves
     (granules a stream's request took from memory that stream freed while its work was still
-    queued). Zeros before the first allocation."""
+    queued); driver_granules_mapped / driver_granules_unmapped (what the driver really did: a
+    granule moved back where it was still mapped costs no call). Zeros before the first
+    allocation."""
     out = (ctypes.c_uint64 * len(_STAT_KEYS))()
     got = _lib.load().gpumem_stats_ex(_device(device), out, len(_STAT_KEYS))
     if got < 0:
