@@ -28,6 +28,9 @@
 //                time under S's next request (S's work runs after the free); its old place
 //                *retires*: no one may allocate there, and it is unmapped once S has run past.
 //   retiring     the old place of a stream-ordered move, until its stream has run past its frees.
+//   kept mapping a place a single-granule handle moved away from (or retired from), still mapped
+//                by the driver though the pool counts it unmapped: the handle moves back there
+//                with no driver call while it is idle elsewhere or spare. Address space only.
 //   block        a contiguous address range [addr, addr + size) the arena tracks, live or free.
 //   arena        the best-fit index over blocks: splits, coalesces, grows, harvests. One lock.
 //   size class   a rounded request size; small classes are served from slabs.
