@@ -26,7 +26,8 @@
 //                grows, whatever the idle budget says.
 //   stream-ordered move  memory stream S freed while its work is still queued, mapped a second
 //                time under S's next request (S's work runs after the free); its old place
-//                *retires*: no one may allocate there, and it is unmapped once S has run past.
+//                *retires*: no one may allocate there, and once S has run past it is unmapped or
+//                left as a kept mapping.
 //   retiring     the old place of a stream-ordered move, until its stream has run past its frees.
 //   kept mapping a place a single-granule handle moved away from (or retired from), still mapped
 //                by the driver though the pool counts it unmapped: the handle moves back there
