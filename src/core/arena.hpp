@@ -45,8 +45,9 @@
 // byte is free for S (ready, or owned by S) is mapped a second time under S's request, and its
 // old place *retires*: a block no one can allocate, still mapped so S's queued work can finish
 // there, unmapped (without a move or a growth) once the stream clock says S has run past the
-// frees in it — or, a single-granule handle, left mapped as a kept mapping (below). The physical memory is counted once. Each handle has exactly one owner — one
-// mapping that is not retiring, or a spare — and any number of retiring places. Where moved
+// frees in it — or, a single-granule handle, left mapped as a kept mapping (below). The
+// physical memory is counted once. Each handle has exactly one owner — one mapping that is not
+// retiring, or a spare — and any number of retiring places. Where moved
 // memory lands on a granule the request covers only in part, the rest of that granule becomes
 // S's free memory, owned by S until S has run past the old place's frees, so no other stream can
 // use it early; a request that fails puts what it marked back as S's free memory (no driver call
