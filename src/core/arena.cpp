@@ -525,23 +525,27 @@ void arena::unmap_run(std::size_t g0, std::size_t g1, bool keep_mappings) {
     ++unmap_calls_;
   }
   for (std::size_t g = g0; g < g1; ++g) {
-    const physical_handle h = granule_handle_[g];
-    if (handle_head_[g] == 0) add_spare({h, handle_granules_[g]});
-    if (auto home = home_.find(h.value); home != home_.end() && home->second == g) home_.erase(home);
-    if (keep) {
-      kept_[g] = h;
-      kept_at_[h.value].push_back(g);
-      ++kept_count_;
-    } else {
-      ++driver_unmaps_;
-    }
-    ++unmaps_;
-    granule_handle_[g] = physical_handle{0};
-    handle_head_[g] = handle_granules_[g] = 0;
+    if (handle_head_[g] == 0) add_spare({granule_handle_[g], handle_granules_[g]});
     idle_.erase(g);
-    --mapped_;
+    leave_granule(g, keep);
   }
   set_mapped(granule_addr(g0), granule_addr(g1), false);
+}
+
+void arena::leave_granule(std::size_t g, bool keep) {
+  const physical_handle h = granule_handle_[g];
+  if (auto home = home_.find(h.value); home != home_.end() && home->second == g) home_.erase(home);
+  if (keep) {
+    kept_[g] = h;
+    kept_at_[h.value].push_back(g);
+    ++kept_count_;
+  } else {
+    ++driver_unmaps_;
+  }
+  granule_handle_[g] = physical_handle{0};
+  handle_head_[g] = handle_granules_[g] = 0;
+  --mapped_;
+  ++unmaps_;
 }
 
 bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, bool from_idle, std::vector<piece>& got) {
@@ -767,21 +771,7 @@ void arena::finish_retiring(block_map::iterator it) {
     if (opts_.remap_time_budget > 0) charge_remap(now_ns() - t0, g1 - g0);
     ++unmap_calls_;
   }
-  for (std::size_t g = g0; g < g1; ++g) {
-    const physical_handle h = granule_handle_[g];
-    if (auto home = home_.find(h.value); home != home_.end() && home->second == g) home_.erase(home);
-    if (keep) {
-      kept_[g] = h;
-      kept_at_[h.value].push_back(g);
-      ++kept_count_;
-    } else {
-      ++driver_unmaps_;
-    }
-    granule_handle_[g] = physical_handle{0};
-    handle_head_[g] = handle_granules_[g] = 0;
-    --mapped_;
-    ++unmaps_;
-  }
+  for (std::size_t g = g0; g < g1; ++g) leave_granule(g, keep);
   retiring_granules_ -= g1 - g0;
   add_busy(a, it->second.size, false);  // unmapped now: not idle
   it->second.st = state::ready;

@@ -226,6 +226,9 @@ class arena {
   void drop_kept(std::size_t g);        // the kept mapping at `g`, if any, unmapped (a driver call)
   void drop_kept_of(physical_handle h);  // every kept mapping of `h`: before it goes upstream
   void forget_kept(std::size_t g);       // the kept mapping at `g` is mapped again: bookkeeping only
+  // Granule `g` leaves its place (the pool counts it unmapped): `keep`, its handle stays mapped
+  // there as a kept mapping; else the driver has just unmapped it.
+  void leave_granule(std::size_t g, bool keep);
   // Maps every unmapped granule under [a, a + n) (ready memory); false if memory could not be had.
   bool map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_grow, std::string* why);
   // Handles adding up to exactly `count` granules, for one run of missing granules: spares, then

@@ -26,16 +26,22 @@ pool_options narrow_range() {
 }
 
 // A (32 MiB at 0) is freed; C (36 MiB) fits only above the 2 MiB pin, on A's 16 granules moved
-// there (kept mapped at 0) and 2 new. C is freed and E (6 MiB) takes the bottom of C's place; D
+// there (kept mapped at 0) and 2 new.
+struct moved_away {
+  sim_pool_rig r{sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, narrow_range()};
+  void* a = r.allocate(32 * MiB, default_alignment, 0);
+  void* pin = r.allocate(2 * MiB, default_alignment, 0);
+  void* c = (r.deallocate(a, 0), r.allocate(36 * MiB, default_alignment, 0));
+};
+
+// After moved_away: C is freed and E (6 MiB) takes the bottom of C's place; D
 // (32 MiB) then fits only at 0, where 13 of the 16 kept mappings belong to handles idle in C's
 // place: they move back with no driver call. The 3 whose handles are under E stay busy there, so
 // C's 2 new granules move in and 1 more is created, each over a kept mapping unmapped first.
 TEST(KeptMapping, AGranuleMovedBackWhereItIsStillMappedCostsNoDriverCall) {
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, narrow_range());
-  void* a = r.allocate(32 * MiB, default_alignment, 0);
-  void* pin = r.allocate(2 * MiB, default_alignment, 0);
-  r.deallocate(a, 0);
-  void* c = r.allocate(36 * MiB, default_alignment, 0);
+  moved_away x;
+  sim_pool_rig& r = x.r;
+  void *a = x.a, *pin = x.pin, *c = x.c;
   const pool_stats after_c = r.p->stats();
   EXPECT_EQ(after_c.unmaps, 16u) << "A's granules left their place";
   EXPECT_EQ(after_c.driver_unmaps, 0u) << "...but stayed mapped there";
@@ -65,11 +71,9 @@ TEST(KeptMapping, AGranuleMovedBackWhereItIsStillMappedCostsNoDriverCall) {
 
 // The pool's destructor unmaps kept mappings too: the device is left with nothing mapped.
 TEST(KeptMapping, ThePoolsEndUnmapsThemAll) {
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, narrow_range());
-  void* a = r.allocate(32 * MiB, default_alignment, 0);
-  void* pin = r.allocate(2 * MiB, default_alignment, 0);
-  r.deallocate(a, 0);
-  void* c = r.allocate(36 * MiB, default_alignment, 0);
+  moved_away x;
+  sim_pool_rig& r = x.r;
+  void *a = x.a, *pin = x.pin, *c = x.c;
   ASSERT_EQ(r.p->stats().kept_mappings, 16u);
   ASSERT_TRUE(r.dev->is_mapped(a, 32 * MiB)) << "the simulated driver still maps A's place";
   r.deallocate(c, 0);
