@@ -764,7 +764,10 @@ void arena::finish_retiring(block_map::iterator it) {
   auto alive = [&](physical_handle h) {
     return home_.count(h.value) || std::any_of(spares_.begin(), spares_.end(), [&](const piece& p) { return p.h == h; });
   };
-  const bool keep = handle_granules_[g0] == 1 && g1 == g0 + 1 && alive(granule_handle_[g0]);
+  const auto orphan = std::find(released_under_.begin(), released_under_.end(), g0);
+  const bool released = orphan != released_under_.end();
+  if (released) released_under_.erase(orphan);
+  const bool keep = !released && handle_granules_[g0] == 1 && g1 == g0 + 1 && alive(granule_handle_[g0]);
   if (!keep) {
     const std::uint64_t t0 = opts_.remap_time_budget > 0 ? now_ns() : 0;
     up_.unmap(reinterpret_cast<void*>(a), (g1 - g0) * granule_);
@@ -816,6 +819,10 @@ void arena::add_spare(const piece& p) {
 
 void arena::release_spare(std::size_t i) {
   drop_kept_of(spares_[i].h);
+  // A place still retiring may map this handle (its owner was freed on another stream): once the
+  // handle is released its value may name a new one, so that place must not end as a kept mapping.
+  for (std::uintptr_t a : retiring_)
+    if (granule_handle_[granule_of(a)] == spares_[i].h) released_under_.push_back(granule_of(a));
   up_.release_physical(spares_[i].h, spares_[i].granules * granule_);
   spare_granules_ -= spares_[i].granules;
   spares_[i] = spares_.back();

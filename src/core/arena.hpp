@@ -321,6 +321,7 @@ class arena {
   std::unordered_map<std::uint64_t, std::vector<std::size_t>> kept_at_;
   std::unordered_map<std::uint64_t, std::size_t> home_;
   std::size_t kept_count_ = 0;
+  std::vector<std::size_t> released_under_;  // first granules of retiring places whose handle went upstream
   std::uint64_t driver_maps_ = 0, driver_unmaps_ = 0;
   recycled_set<std::size_t> idle_{recycled<std::size_t>(nodes_)};  // mapped granules with no busy byte
   std::vector<piece> spares_;                     // physical handles not mapped
