@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One GPU call (session 5): the GPU tests; what physical handles of several granules change on the
-# H200 (replay and churn, this build against the previous one carried as gpumem-base, both
-# policies); and where ResNet-50's step time goes: native, gpumem, gpumem growing first, PyTorch's
-# own cudaMallocAsync backend and the same cudaMallocAsync behind the pluggable interface.
+# One GPU call, whatever a session needs of it: the GPU tests (and some again under
+# compute-sanitizer); `gpumem bench` patterns for this build and, carried as gpumem-base, an
+# earlier one, under each pool policy; one-pass replays through the GPU pool; and the PyTorch /
+# CuPy models (integrations/bench_models.py via scripts/device_torch.sh) with their variants.
+# Which of these run, and how, is set by the variables below; logs go straight to $OUT/w and a
+# summary is printed last.
 #   here:   cmake --build build-carry; copy gpumem, libgpumem.a, gpumem_gpu_tests, traces to
 #           .carry/gpu (and the previous gpumem as .carry/gpu/gpumem-base); the two .so to .carry/torch
 #   device: run(command="bash scripts/device_handles.sh", carry=[".carry/gpu", ".carry/torch"])
