@@ -41,7 +41,7 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
 arena::~arena() {
   if (virtual_) {
     // Kept mappings first: their handles are released below, where they are mapped or spare.
-    for (std::size_t g = 0; g < kept_.size(); ++g) drop_kept(g);
+    for (std::size_t g = 0; g < kept_end_; ++g) drop_kept(g);
     // Retiring places next: they own no handle, so the loop below, which releases each mapped
     // handle once, must not see them.
     for (std::uintptr_t a : retiring_) {
@@ -537,7 +537,7 @@ void arena::leave_granule(std::size_t g, bool keep) {
   if (auto home = home_.find(h.value); home != home_.end() && home->second == g) home_.erase(home);
   if (keep) {
     kept_[g] = h;
-    kept_at_[h.value].push_back(g);
+    kept_end_ = std::max(kept_end_, g + 1);
     ++kept_count_;
   } else {
     ++driver_unmaps_;
@@ -573,12 +573,7 @@ bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, b
 }
 
 void arena::forget_kept(std::size_t g) {
-  const physical_handle h = kept_[g];
-  if (!h.value) return;
-  auto it = kept_at_.find(h.value);
-  auto& v = it->second;
-  v.erase(std::find(v.begin(), v.end(), g));
-  if (v.empty()) kept_at_.erase(it);
+  if (!kept_[g].value) return;
   kept_[g] = physical_handle{0};
   --kept_count_;
 }
@@ -592,10 +587,8 @@ void arena::drop_kept(std::size_t g) {
 }
 
 void arena::drop_kept_of(physical_handle h) {
-  auto it = kept_at_.find(h.value);
-  if (it == kept_at_.end()) return;
-  const std::vector<std::size_t> at = it->second;  // drop_kept edits the list
-  for (std::size_t g : at) drop_kept(g);
+  for (std::size_t g = 0; g < kept_end_ && kept_count_; ++g)
+    if (kept_[g] == h) drop_kept(g);
 }
 
 bool arena::handle_idle(std::size_t head) const {
@@ -851,11 +844,10 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got, std::size_t wa
   // takes it there at no cost. (Taking it here instead, rather than moving or growing, would cost
   // that piece a driver call and this one too.)
   auto wanted = [&](const piece& p) {
-    if (p.granules != 1 || wanted_lo >= wanted_hi) return false;
-    auto at = kept_at_.find(p.h.value);
-    return at != kept_at_.end() && std::any_of(at->second.begin(), at->second.end(), [&](std::size_t g) {
-             return g >= wanted_lo && g < wanted_hi && kept_[g] == p.h;
-           });
+    if (p.granules != 1 || !kept_count_) return false;
+    return std::find(kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_lo, kept_end_)),
+                     kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_hi, kept_end_)),
+                     p.h) != kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_hi, kept_end_));
   };
   std::size_t best = SIZE_MAX;
   for (std::size_t i = 0; i < spares_.size(); ++i)
@@ -1337,9 +1329,8 @@ void arena::check() const {
     for (const auto& p : spares_) ++owners[p.h.value];
     for (const auto& [h, n] : owners)
       if (n != 1) fail(fmt::format("physical handle {} has {} owners", h, n));
-    // Kept mappings: only on granules the arena counts unmapped, each of a live single-granule
-    // handle (mapped or spare), listed where its handle's list says; home_ names where each
-    // single-granule handle is mapped.
+    // Kept mappings: only on granules the arena counts unmapped and below kept_end_, each of a
+    // live handle (mapped or spare); home_ names where each single-granule handle is mapped.
     std::size_t kept = 0;
     for (std::size_t g = 0; g < kept_.size(); ++g) {
       const physical_handle h = kept_[g];
@@ -1347,13 +1338,9 @@ void arena::check() const {
       ++kept;
       if (granule_handle_[g].value) fail(fmt::format("granule {} is mapped and holds a kept mapping", g));
       if (!owners.count(h.value)) fail(fmt::format("granule {} keeps a mapping of handle {}, which is gone", g, h.value));
-      auto at = kept_at_.find(h.value);
-      if (at == kept_at_.end() || std::count(at->second.begin(), at->second.end(), g) != 1)
-        fail(fmt::format("the kept mapping at granule {} is not listed once under its handle", g));
+      if (g >= kept_end_) fail(fmt::format("the kept mapping at granule {} lies past the scanned range", g));
     }
-    std::size_t listed = 0;
-    for (const auto& [h, v] : kept_at_) listed += v.size();
-    if (kept != kept_count_ || listed != kept) fail("kept mapping count is off");
+    if (kept != kept_count_) fail("kept mapping count is off");
     for (const auto& [h, g] : home_)
       if (g >= granule_handle_.size() || granule_handle_[g].value != h || handle_granules_[g] != 1)
         fail(fmt::format("handle {} is not mapped at granule {}, its listed home", h, g));

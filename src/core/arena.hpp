@@ -316,10 +316,14 @@ class arena {
   std::size_t max_handle_granules_ = 1;
   std::vector<std::uint32_t> busy_;               // non-ready bytes overlapping each granule
   // Kept mappings: per granule the handle still mapped there though the granule counts unmapped
-  // (value 0: none); per handle, where it is kept; and where each single-granule handle is mapped.
+  // (value 0: none), all below kept_end_ (a handle's kept places are found by scanning there: it is
+  // needed only when a handle goes upstream); and where each single-granule handle is mapped, its
+  // nodes from the recycler (a move maps and unmaps granules by the hundred).
   std::vector<physical_handle> kept_;
-  std::unordered_map<std::uint64_t, std::vector<std::size_t>> kept_at_;
-  std::unordered_map<std::uint64_t, std::size_t> home_;
+  std::size_t kept_end_ = 0;
+  using home_map = std::unordered_map<std::uint64_t, std::size_t, std::hash<std::uint64_t>, std::equal_to<>,
+                                      recycled<std::pair<const std::uint64_t, std::size_t>>>;
+  home_map home_{0, std::hash<std::uint64_t>{}, std::equal_to<>{}, home_map::allocator_type(nodes_)};
   std::size_t kept_count_ = 0;
   std::vector<std::size_t> released_under_;  // first granules of retiring places whose handle went upstream
   std::uint64_t driver_maps_ = 0, driver_unmaps_ = 0;
