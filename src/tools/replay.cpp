@@ -137,7 +137,7 @@ void print_upstream(const replay_result& r) {
                r.stats.stream_ordered_moves);
   if (r.stats.driver_maps + r.stats.driver_unmaps < r.stats.maps + r.stats.unmaps)
     fmt::print("  kept mappings: the driver mapped or unmapped {:.2f} granules per 1000 ops (the rest moved back where "
-               "they were still mapped, or wait mapped)\n",
+               "they were still mapped, or are still mapped where they left)\n",
                r.per_1000_ops(r.stats.driver_maps + r.stats.driver_unmaps));
 }
 
