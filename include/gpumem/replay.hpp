@@ -65,9 +65,9 @@ struct soak_pass {
   // unmapped, and the upstream calls that did it — what the slow path cost up to this pass's end.
   std::uint64_t granules_moved = 0;
   std::uint64_t map_unmap_calls = 0;
-  double seconds = 0.0;
+  double seconds = 0.0;                    // since the soak began
   // Of granules_moved, those the driver really mapped or unmapped (kept mappings: pool_stats).
-  std::uint64_t driver_granules = 0;                    // since the soak began
+  std::uint64_t driver_granules = 0;
 };
 
 struct replay_result {

@@ -551,14 +551,10 @@ void arena::leave_granule(std::size_t g, bool keep) {
 bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, bool from_idle, std::vector<piece>& got) {
   const physical_handle h = kept_[t];
   if (!h.value) return false;
-  for (std::size_t i = 0; i < spares_.size(); ++i)
-    if (spares_[i].h == h) {
-      got.push_back(spares_[i]);
-      spare_granules_ -= spares_[i].granules;
-      spares_[i] = spares_.back();
-      spares_.pop_back();
-      return true;
-    }
+  if (const std::size_t i = spare_index(h); i != SIZE_MAX) {
+    take_spare_at(i, got);
+    return true;
+  }
   auto home = from_idle ? home_.find(h.value) : home_.end();
   if (home == home_.end()) return false;
   const std::size_t g = home->second;
@@ -566,10 +562,21 @@ bool arena::take_kept(std::size_t t, std::size_t keep_lo, std::size_t keep_hi, b
   // request itself.
   if (granule_handle_[g] != h || handle_granules_[g] != 1 || busy_[g] || (g >= keep_lo && g < keep_hi)) return false;
   unmap_run(g, g + 1, true);  // kept mapped there in turn; the handle becomes the newest spare
-  got.push_back(spares_.back());
-  spare_granules_ -= spares_.back().granules;
-  spares_.pop_back();
+  take_spare_at(spares_.size() - 1, got);
   return true;
+}
+
+std::size_t arena::spare_index(physical_handle h) const {
+  for (std::size_t i = 0; i < spares_.size(); ++i)
+    if (spares_[i].h == h) return i;
+  return SIZE_MAX;
+}
+
+void arena::take_spare_at(std::size_t i, std::vector<piece>& got) {
+  got.push_back(spares_[i]);
+  spare_granules_ -= spares_[i].granules;
+  spares_[i] = spares_.back();
+  spares_.pop_back();
 }
 
 void arena::forget_kept(std::size_t g) {
@@ -754,9 +761,7 @@ void arena::finish_retiring(block_map::iterator it) {
   const std::size_t g0 = granule_of(a), g1 = granule_of(a + it->second.size);
   // A single-granule handle still in the pool (mapped at its new place, or a spare) stays mapped
   // here as a kept mapping: a later request here takes it back with no driver call.
-  auto alive = [&](physical_handle h) {
-    return home_.count(h.value) || std::any_of(spares_.begin(), spares_.end(), [&](const piece& p) { return p.h == h; });
-  };
+  auto alive = [&](physical_handle h) { return home_.count(h.value) || spare_index(h) != SIZE_MAX; };
   const auto orphan = std::find(released_under_.begin(), released_under_.end(), g0);
   const bool released = orphan != released_under_.end();
   if (released) released_under_.erase(orphan);
@@ -843,22 +848,16 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got, std::size_t wa
   // A spare kept mapped in [wanted_lo, wanted_hi) is left alone: a later piece of the same run
   // takes it there at no cost. (Taking it here instead, rather than moving or growing, would cost
   // that piece a driver call and this one too.)
-  auto wanted = [&](const piece& p) {
-    if (p.granules != 1 || !kept_count_) return false;
-    return std::find(kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_lo, kept_end_)),
-                     kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_hi, kept_end_)),
-                     p.h) != kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_hi, kept_end_));
-  };
+  const auto kept_lo = kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_lo, kept_end_));
+  const auto kept_hi = kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_hi, kept_end_));
+  auto wanted = [&](const piece& p) { return p.granules == 1 && std::find(kept_lo, kept_hi, p.h) != kept_hi; };
   std::size_t best = SIZE_MAX;
   for (std::size_t i = 0; i < spares_.size(); ++i)
     if (spares_[i].granules <= most && (best == SIZE_MAX || spares_[i].granules > spares_[best].granules) &&
         !wanted(spares_[i]))
       best = i;
   if (best == SIZE_MAX) return false;
-  got.push_back(spares_[best]);
-  spare_granules_ -= spares_[best].granules;
-  spares_[best] = spares_.back();
-  spares_.pop_back();
+  take_spare_at(best, got);
   return true;
 }
 

@@ -242,6 +242,8 @@ class arena {
   // The largest spare of at most `most` granules, moved to `got`; false if none.
   // Spares kept mapped in [wanted_lo, wanted_hi) are not taken.
   bool take_spare(std::size_t most, std::vector<piece>& got, std::size_t wanted_lo = 0, std::size_t wanted_hi = 0);
+  void take_spare_at(std::size_t i, std::vector<piece>& got);  // spare `i` moved to `got`
+  std::size_t spare_index(physical_handle h) const;              // SIZE_MAX: `h` is no spare
   // Unmaps up to `want` granules of idle handles (each of at most `want`, every granule idle)
   // outside [keep_lo, keep_hi), one contiguous stretch (one upstream call), into the spares;
   // returns how many granules (0: none there, or, `within_budget`, none above the idle budget).

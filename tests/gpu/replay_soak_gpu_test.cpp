@@ -56,8 +56,8 @@ TEST(replay_soak_gpu, every_block_verified_and_clean) {
 // moves go back where the granule is still mapped (a kept mapping, no driver call) when its
 // handle is idle by then: the data stamped through one place is checked through the other, on the
 // device. How many moves that is depends on how far the device runs behind (under
-// compute-sanitizer, none: every free is still queued when the next request comes), so it is
-// reported, not required; the CPU tests (pool_kept_mapping_test.cpp) require it where it is exact.
+// compute-sanitizer it was once none: every free still queued when the next request came), so it
+// is reported, not required; the CPU tests (pool_kept_mapping_test.cpp) require it where it is exact.
 TEST(replay_soak_gpu, kept_mappings_move_memory_back_and_the_data_is_intact) {
   GPUMEM_REQUIRE_GPU();
   register_gpu_replay_targets();
