@@ -41,6 +41,10 @@ struct pool_stats {
   std::uint64_t driver_unmaps = 0;
   std::size_t kept_mappings = 0;
   std::uint64_t front_hits = 0;        // requests served by a front cache without the arena
+  // Of which small requests whose bin had run dry: filled from the stream's slabs under the
+  // stream's shard lock (not the pool's). Far fewer than front_hits when the bins keep what a job
+  // frees; near them when the bins give back what comes in (a budget spent elsewhere).
+  std::uint64_t front_refills = 0;
   double fragmentation() const noexcept {
     return peak_live_bytes ? double(peak_reserved_bytes) / double(peak_live_bytes) : 0.0;
   }

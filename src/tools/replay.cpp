@@ -93,6 +93,7 @@ nlohmann::json to_json(const replay_result& r) {
     // Allocations the calling thread's front cache served without the pool's lock: the fast path.
     j["allocations"] = r.stats.allocations;
     j["front_hits"] = r.stats.front_hits;
+    j["front_refills"] = r.stats.front_refills;  // of which from the stream's slabs (a shard lock)
     // --remap-time-budget: host time charged for moves, and the moves the budget turned down.
     j["remap_ms"] = double(r.stats.remap_ns) / 1e6;
     j["remaps_deferred"] = r.stats.remaps_deferred;
