@@ -19,6 +19,10 @@ struct sim_options {
   bool virtual_memory = true;     // offer the virtual shape; false: plain segments only
   bool auto_complete = false;     // events complete as soon as they are recorded (trace replay)
   std::uintptr_t base_address = 0x7f0000000000;
+  // create_physical hands out the value of the handle released last first, as a driver may
+  // (cuMemRelease then cuMemCreate can return the same value): a stale mapping of the old memory
+  // then carries the value of new memory. Off: every handle gets a value never used before.
+  bool reuse_handle_values = false;
 };
 
 class sim_device {
@@ -54,6 +58,12 @@ class sim_device {
   std::uint64_t zeroed_bytes() const noexcept;    // bytes zeroed through the upstream (zero_on_free)
   // True if [p, p+bytes) lies in memory the device handed out and is mapped.
   bool is_mapped(const void* p, std::size_t bytes) const noexcept;
+  // is_mapped, and every mapping over the range is of physical memory not yet released. Memory
+  // released while mapped stays mapped (and backed) until unmapped, as on a GPU, but nothing
+  // should be handed out there: with reuse_handle_values its value may name new memory by now.
+  bool is_mapped_live(const void* p, std::size_t bytes) const noexcept;
+  // The value of the physical handle mapped at `p` (the one it had when mapped), 0 if none.
+  std::uint64_t mapped_handle(const void* p) const noexcept;
 
   struct state;
 

@@ -62,9 +62,10 @@ struct pool_target final : target {
   std::size_t peak_reserved() override { return p.stats().peak_reserved_bytes; }
   pool_stats stats() override { return p.stats(); }
   std::vector<block_info> blocks() override { return p.blocks(); }
-  // The shadow model, plus: a block the device has not mapped would fault when written.
+  // The shadow model, plus: a block the device has not mapped would fault when written (and one
+  // mapped to memory already released would write memory that is no longer the pool's).
   std::unique_ptr<replay_verifier> make_verifier() override {
-    return make_shadow_verifier([this](const void* ptr, std::size_t bytes) { return dev.is_mapped(ptr, bytes); });
+    return make_shadow_verifier([this](const void* ptr, std::size_t bytes) { return dev.is_mapped_live(ptr, bytes); });
   }
 };
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 namespace gpumem {
 
@@ -23,8 +24,15 @@ struct sim_device::state {
   std::uint64_t calls_until_failure = 0;  // 0 = no planned failure
   bool fail_all = false;
   std::uint64_t next_handle = 1;
-  std::unordered_map<std::uint64_t, std::size_t> handles;         // physical handle -> bytes
-  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> mappings;  // addr -> (bytes, handle)
+  std::vector<std::uint64_t> released_values;  // reuse_handle_values: the last released on top
+  // Each creation of physical memory gets an id never used again, apart from the handle's value
+  // (which reuse_handle_values hands out again): a mapping records the id of the memory it maps,
+  // so a mapping left over from released memory is told from one of new memory with its value.
+  std::uint64_t next_physical = 1;
+  struct physical { std::size_t bytes; std::uint64_t id; };
+  struct mapping { std::size_t bytes; std::uint64_t handle, id; };
+  std::unordered_map<std::uint64_t, physical> handles;  // live physical memory by handle value
+  std::map<std::uintptr_t, mapping> mappings;           // by address
   std::map<std::uintptr_t, std::size_t> segments;                 // plain segments
   std::map<std::uintptr_t, std::size_t> ranges;                   // reserved virtual ranges
   // Streams: an event's position on its stream; complete(s) moves the stream's done mark.
@@ -120,20 +128,28 @@ class sim_upstream final : public upstream {
                                               bytes, s_.opts.granularity_bytes));
     if (s_.refuse(bytes)) return std::nullopt;
     s_.take(bytes);
-    std::uint64_t h = s_.next_handle++;
-    s_.handles.emplace(h, bytes);
+    std::uint64_t h = s_.next_handle;
+    if (s_.opts.reuse_handle_values && !s_.released_values.empty()) {
+      h = s_.released_values.back();
+      s_.released_values.pop_back();
+    } else {
+      ++s_.next_handle;
+    }
+    s_.handles.emplace(h, sim_device::state::physical{bytes, s_.next_physical++});
     return physical_handle{h};
   }
   void release_physical(physical_handle h, std::size_t bytes) noexcept override {
     std::lock_guard lock(s_.m);
     auto it = s_.handles.find(h.value);
-    if (it == s_.handles.end() || it->second != bytes) {
+    if (it == s_.handles.end() || it->second.bytes != bytes) {
       report_misuse({misuse_kind::unknown_pointer, nullptr, bytes, 0,
                      fmt::format("sim: release of unknown physical handle {}", h.value)});
       return;
     }
     s_.used -= bytes;
     s_.handles.erase(it);
+    // Its mappings stay, on the old memory, until unmapped (as cuMemRelease leaves them).
+    if (s_.opts.reuse_handle_values) s_.released_values.push_back(h.value);
   }
   void map(void* at, std::size_t bytes, physical_handle h) override {
     std::lock_guard lock(s_.m);
@@ -141,13 +157,13 @@ class sim_upstream final : public upstream {
     if (a % s_.opts.granularity_bytes || bytes % s_.opts.granularity_bytes)
       throw std::invalid_argument("sim: map at an address or size that is not granule aligned");
     auto hit = s_.handles.find(h.value);
-    if (hit == s_.handles.end() || hit->second != bytes)
+    if (hit == s_.handles.end() || hit->second.bytes != bytes)
       throw std::invalid_argument(fmt::format("sim: map of unknown handle {} or wrong size", h.value));
     auto next = s_.mappings.lower_bound(a);
     if ((next != s_.mappings.end() && next->first < a + bytes) ||
-        (next != s_.mappings.begin() && std::prev(next)->first + std::prev(next)->second.first > a))
+        (next != s_.mappings.begin() && std::prev(next)->first + std::prev(next)->second.bytes > a))
       throw std::logic_error(fmt::format("sim: map at {:#x} overlaps an existing mapping", a));
-    s_.mappings.emplace(a, std::pair{bytes, h.value});
+    s_.mappings.emplace(a, sim_device::state::mapping{bytes, h.value, hit->second.id});
   }
   // Like cuMemUnmap: the range is one mapping or several laid end to end, each covered whole.
   void unmap(void* at, std::size_t bytes) noexcept override {
@@ -156,7 +172,7 @@ class sim_upstream final : public upstream {
     auto first = s_.mappings.find(a), it = first;
     std::uintptr_t x = a;
     while (it != s_.mappings.end() && it->first == x && x < a + bytes) {
-      x += it->second.first;
+      x += it->second.bytes;
       ++it;
     }
     if (bytes == 0 || x != a + bytes) {
@@ -302,25 +318,51 @@ std::uint64_t sim_device::events_pending() const noexcept {
     if (state_->streams.at(ev.stream).done < ev.position) ++n;
   return n;
 }
-bool sim_device::is_mapped(const void* p, std::size_t bytes) const noexcept {
-  std::lock_guard lock(state_->m);
+namespace {
+
+// The mapping covering `a`, or null.
+const sim_device::state::mapping* mapping_at(const sim_device::state& s, std::uintptr_t a) {
+  auto it = s.mappings.upper_bound(a);
+  if (it == s.mappings.begin()) return nullptr;
+  --it;
+  return a < it->first + it->second.bytes ? &it->second : nullptr;
+}
+
+// [p, p + bytes) lies in one segment, or every granule it touches is mapped (each mapping also
+// `live`, when asked: of physical memory not released).
+bool covered(const sim_device::state& s, const void* p, std::size_t bytes, bool live) {
   auto a = reinterpret_cast<std::uintptr_t>(p);
-  auto inside = [&](const auto& table, auto size_of) {
-    auto it = table.upper_bound(a);
-    if (it == table.begin()) return false;
+  if (auto it = s.segments.upper_bound(a); it != s.segments.begin()) {
     --it;
-    return a >= it->first && a + bytes <= it->first + size_of(it->second);
-  };
-  if (inside(state_->segments, [](std::size_t b) { return b; })) return true;
+    if (a + bytes <= it->first + it->second) return true;
+  }
   // A virtual range may be mapped granule by granule: walk the granules it covers.
-  const std::size_t g = state_->opts.granularity_bytes;
+  const std::size_t g = s.opts.granularity_bytes;
   for (std::uintptr_t x = a - a % g; x < a + bytes; x += g) {
-    auto it = state_->mappings.upper_bound(x);
-    if (it == state_->mappings.begin()) return false;
-    --it;
-    if (x >= it->first + it->second.first) return false;
+    const auto* m = mapping_at(s, x);
+    if (!m) return false;
+    if (live) {
+      auto h = s.handles.find(m->handle);
+      if (h == s.handles.end() || h->second.id != m->id) return false;
+    }
   }
   return bytes > 0;
+}
+
+}  // namespace
+
+bool sim_device::is_mapped(const void* p, std::size_t bytes) const noexcept {
+  std::lock_guard lock(state_->m);
+  return covered(*state_, p, bytes, false);
+}
+bool sim_device::is_mapped_live(const void* p, std::size_t bytes) const noexcept {
+  std::lock_guard lock(state_->m);
+  return covered(*state_, p, bytes, true);
+}
+std::uint64_t sim_device::mapped_handle(const void* p) const noexcept {
+  std::lock_guard lock(state_->m);
+  const auto* m = mapping_at(*state_, reinterpret_cast<std::uintptr_t>(p));
+  return m ? m->handle : 0;
 }
 
 }  // namespace gpumem

@@ -93,12 +93,31 @@ void spy_upstream::free_segment(void* base, std::size_t bytes) noexcept {
   if (model_) model_->on_memory_gone(reinterpret_cast<std::uintptr_t>(base), bytes, "free_segment");
   inner_.free_segment(base, bytes);
 }
+std::optional<physical_handle> spy_upstream::create_physical(std::size_t bytes) {
+  auto h = inner_.create_physical(bytes);
+  std::lock_guard lock(m_);
+  if (h) memory_of_[h->value] = ++next_memory_;  // new memory, whatever its value named before
+  return h;
+}
+
+void spy_upstream::release_physical(physical_handle h, std::size_t bytes) noexcept {
+  {
+    std::lock_guard lock(m_);
+    memory_of_.erase(h.value);  // its mappings stay, on the old memory, until unmapped
+  }
+  inner_.release_physical(h, bytes);
+}
+
 void spy_upstream::map(void* at, std::size_t bytes, physical_handle h) {
   inner_.map(at, bytes, h);
   std::lock_guard lock(m_);
   const auto a = reinterpret_cast<std::uintptr_t>(at);
-  mappings_[a] = {bytes, h.value};
-  places_[h.value].push_back(a);
+  // A handle created before the spy saw it (none in sim_pool_rig) gets its identity here.
+  auto [known, fresh] = memory_of_.try_emplace(h.value, next_memory_ + 1);
+  if (fresh) ++next_memory_;
+  const std::uint64_t memory = known->second;
+  mappings_[a] = {bytes, memory};
+  places_[memory].push_back(a);
 }
 
 void spy_upstream::unmap(void* at, std::size_t bytes) noexcept {
@@ -175,8 +194,9 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
   const std::size_t honoured = std::max(alignment, min_alignment_);
   if (a % honoured)
     throw model_error(fmt::format("{:#x} ({} B) breaks its alignment {}", a, bytes, honoured));
-  if (dev_ && !dev_->is_mapped(ptr, bytes))
-    throw model_error(fmt::format("{:#x} ({} B) is not mapped on the device", a, bytes));
+  if (dev_ && !dev_->is_mapped_live(ptr, bytes))
+    throw model_error(fmt::format("{:#x} ({} B) is not mapped on the device, or mapped to memory already released", a,
+                                  bytes));
   const std::size_t block = block_bytes_ ? block_bytes_(ptr, bytes, alignment) : 0;
   const std::uintptr_t end = a + std::max(footprint_ ? std::max(bytes, footprint_(bytes, alignment)) : bytes, block);
   // The device's mappings are read under the model's lock, so they and the live blocks are seen at
@@ -289,8 +309,9 @@ void pool_model::check_full() {
   check_stats_locked(st);
   if (dev_)
     for (const auto& [a, b] : live_)
-      if (!dev_->is_mapped(reinterpret_cast<const void*>(a), b.bytes))
-        throw model_error(fmt::format("live block {:#x} ({} B) is no longer mapped", a, b.bytes));
+      if (!dev_->is_mapped_live(reinterpret_cast<const void*>(a), b.bytes))
+        throw model_error(fmt::format("live block {:#x} ({} B) is no longer mapped, or mapped to memory already released",
+                                      a, b.bytes));
   if (spy_) {
     for (auto it = freed_.begin(); it != freed_.end();) {
       bool all = std::all_of(it->second.marks.begin(), it->second.marks.end(),

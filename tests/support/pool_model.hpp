@@ -72,7 +72,8 @@ class pool_model;
 // GPU that unmaps or frees memory under running kernels). Violations are kept, not thrown (unmap
 // is noexcept): pool_model::check_stats() reports them. It also keeps where each physical handle
 // is mapped, so the model sees memory mapped at two places (the pool's stream-ordered moves) as
-// the same memory.
+// the same memory — by the physical memory's identity, not its handle's value, which a driver (and
+// sim_options::reuse_handle_values) may give to new memory while the old is still mapped.
 class spy_upstream final : public upstream {
  public:
   explicit spy_upstream(upstream& inner) : inner_(inner) {}
@@ -85,8 +86,8 @@ class spy_upstream final : public upstream {
   void free_segment(void* base, std::size_t bytes) noexcept override;
   void* reserve_range(std::size_t bytes) override { return inner_.reserve_range(bytes); }
   void release_range(void* base, std::size_t bytes) noexcept override { inner_.release_range(base, bytes); }
-  std::optional<physical_handle> create_physical(std::size_t bytes) override { return inner_.create_physical(bytes); }
-  void release_physical(physical_handle h, std::size_t bytes) noexcept override { inner_.release_physical(h, bytes); }
+  std::optional<physical_handle> create_physical(std::size_t bytes) override;
+  void release_physical(physical_handle h, std::size_t bytes) noexcept override;
   void map(void* at, std::size_t bytes, physical_handle h) override;
   void unmap(void* at, std::size_t bytes) noexcept override;
   // The other places [a, end) is mapped at (same handle, same offsets), as [start, end) ranges.
@@ -96,8 +97,10 @@ class spy_upstream final : public upstream {
   upstream& inner_;
   pool_model* model_ = nullptr;
   mutable std::mutex m_;
-  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> mappings_;  // at -> (bytes, handle)
-  std::unordered_map<std::uint64_t, std::vector<std::uintptr_t>> places_;      // handle -> at
+  std::unordered_map<std::uint64_t, std::uint64_t> memory_of_;  // handle value -> id of the memory it names
+  std::uint64_t next_memory_ = 0;
+  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> mappings_;  // at -> (bytes, memory id)
+  std::unordered_map<std::uint64_t, std::vector<std::uintptr_t>> places_;      // memory id -> at
 };
 
 struct shadow_block {
