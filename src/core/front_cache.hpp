@@ -116,22 +116,19 @@ struct bin {
 // Bins of one stream in one front cache.
 struct stream_bins {
   stream_ref stream = 0;
-  std::size_t cached_bytes = 0;  // every cached block
-  // Of which slots. Growing first, slots and arena blocks have budgets of their own (pool.cpp,
-  // cache_budget): with one budget for both, the large blocks a thread cached while its live bytes
-  // were high filled it once they fell, and then every small free went back to its slab and every
-  // small request refilled (bert's trace: 9 small requests in 10; the warm replays of the shared
-  // traces ran 10-62 % fewer instructions with the budgets apart). By default one budget covers
-  // both: the tight policy wants slabs emptied and given back, and cached slots pin theirs (the
-  // example varlen trace on a lagging device, waiting before growth: 1.008x live, 1.034x with the
-  // budgets apart).
-  std::size_t slot_bytes = 0;
-  // What the budget for `r`'s kind is checked against: growing first, the slots' bytes or the
-  // arena blocks'; by default every cached byte.
-  std::size_t held_like(const block_rec& r) const noexcept {
-    if (!grow_first) return cached_bytes;
-    return r.sl ? slot_bytes : cached_bytes - slot_bytes;
-  }
+  // Cached bytes by budget: held[0] slots — and, by default, every cached block — and held[1],
+  // growing first, arena blocks. Growing first, slots and arena blocks have budgets of their own
+  // (pool.cpp, cache_budget): with one budget for both, the large blocks a thread cached while its
+  // live bytes were high filled it once they fell, and then every small free went back to its
+  // slab and every small request refilled (bert's trace: 9 small requests in 10; the warm replays
+  // of the shared traces ran 8-60 % fewer instructions with the budgets apart). By default one
+  // budget covers both: the tight policy wants slabs emptied and given back, and cached slots pin
+  // theirs (the example varlen trace on a lagging device, waiting before growth: 1.008x live,
+  // 1.034x with the budgets apart).
+  std::size_t held[2] = {0, 0};
+  // Which of `held` block `r` counts in (branch-free: the free's fast path computes it).
+  std::size_t budget_of(const block_rec& r) const noexcept { return std::size_t{r.sl == nullptr} & grow_first; }
+  std::size_t cached_bytes() const noexcept { return held[0] + held[1]; }
   slab_shard* shard = nullptr;  // the stream's slab shard, once the pool has looked it up
   std::vector<bin> bins;        // by bin_of (small and large share the index)
   std::uint32_t sweep_backoff = 0;  // over-budget frees left before the next sweep of all bins
@@ -261,18 +258,17 @@ class alignas(64) front_cache {
   // tensor stays fast even when smaller blocks are cached beside it (each kind exceeds its budget
   // by one block at most).
   static bool push(stream_bins& sb, const block_rec& r, std::uint32_t i, std::size_t max_bytes) {
-    if (sb.held_like(r) >= max_bytes) return false;
+    std::size_t& held = sb.held[sb.budget_of(r)];
+    if (held >= max_bytes) return false;
     bin& x = sb.bin_at(r.bin);
     if (x.count >= x.limit) return false;
     x.items[x.count++] = i;
-    sb.cached_bytes += r.block_bytes;
-    if (r.sl) sb.slot_bytes += r.block_bytes;
+    held += r.block_bytes;
     return true;
   }
   // Block `r` leaves a bin of `sb`.
   static void uncount(stream_bins& sb, const block_rec& r) noexcept {
-    sb.cached_bytes -= r.block_bytes;
-    if (r.sl) sb.slot_bytes -= r.block_bytes;
+    sb.held[sb.budget_of(r)] -= r.block_bytes;
   }
 
  private:
@@ -292,7 +288,7 @@ class alignas(64) front_cache {
   [[gnu::noinline]] stream_bins& find_bins(stream_ref s) {
     for (auto& sb : streams)
       if (sb.stream == s) return *(last_ = &sb);
-    streams.push_back(stream_bins{s, 0, 0, nullptr, {}, 0, grow_first_});
+    streams.push_back(stream_bins{s, {0, 0}, nullptr, {}, 0, grow_first_});
     return *(last_ = &streams.back());  // a new element may have moved the others: renew last_
   }
   stream_bins* last_ = nullptr;  // the stream of the latest call, most likely the next one's

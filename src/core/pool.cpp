@@ -295,7 +295,7 @@ struct pool::impl {
   void flush_front(detail::front_cache& f) {
     std::vector<detail::block_rec> rest;  // blocks that are not slots of their stream's own slabs
     for (auto& sb : f.streams) {
-      if (!sb.cached_bytes) continue;
+      if (!sb.cached_bytes()) continue;
       {
         // The stream's own slots go back under one shard lock; the rest after it.
         std::unique_lock<detail::spin_lock> shard_lock;
@@ -316,25 +316,24 @@ struct pool::impl {
           arena.deallocate(r.addr, sb.stream);
       }
       rest.clear();
-      sb.cached_bytes = sb.slot_bytes = 0;
+      sb.held[0] = sb.held[1] = 0;
     }
   }
 
   // The most bytes of `r`'s kind stream `sb` of front cache `fc` may hold when block `r` comes in
   // (nullptr: slots from the stream's slabs, for fill_bin); front_cache::push checks it against
-  // stream_bins::held_like before the block is added. By default front_cache_bytes, for every
-  // cached byte. Growing first, slots and arena blocks are counted apart (front_cache.hpp,
-  // slot_bytes): slots may fill front_cache_bytes, and large blocks, which are what the front cache
-  // must keep to spare the pool's lock (the arena's best fit costs about a µs a request and a
-  // free), may fill front_cache_grow_fraction of the thread's live bytes, this block included —
-  // past that share a block would add a whole block of memory the pool holds — or
-  // front_cache_bytes if that is more. With front_cache_peak_fraction (default policy) arena
-  // blocks may fill that share of the thread's peak, and slots front_cache_bytes beside it. Below
-  // front_cache_bytes every block is welcome: the share is worked out only past it, off the
-  // common path.
+  // what stream_bins::held holds of its kind before the block is added. By default front_cache_bytes, for every
+  // cached byte. Growing first, large blocks are what the front cache must keep to spare the
+  // pool's lock (the arena's best fit costs about a µs a request and a free), so arena blocks may
+  // fill front_cache_grow_fraction of the thread's live bytes, this block included — past that
+  // share a block would add a whole block of memory the pool holds — or front_cache_bytes if that
+  // is more; and slots, counted apart (front_cache.hpp, stream_bins::held), front_cache_bytes plus the
+  // share. With front_cache_peak_fraction (default policy) the share is of the thread's peak, and
+  // every cached byte counts against both. Below front_cache_bytes every block is welcome: the
+  // share is worked out only past it, off the common path.
   std::size_t cache_budget(const detail::front_cache& fc, const detail::stream_bins& sb,
                            const detail::block_rec* r) const {
-    if (large_budget && (r && !r->sl ? sb.held_like(*r) : sb.cached_bytes) >= opts.front_cache_bytes) [[unlikely]]
+    if (large_budget && sb.held[r ? sb.budget_of(*r) : 0] >= opts.front_cache_bytes) [[unlikely]]
       return grown_budget(fc, r);
     return opts.front_cache_bytes;
   }
@@ -345,7 +344,7 @@ struct pool::impl {
     const auto share = static_cast<std::size_t>(
         grow_first ? static_cast<double>(fc.live_bytes) * opts.front_cache_grow_fraction
                    : static_cast<double>(fc.peak_live) * opts.front_cache_peak_fraction);
-    if (!r || r->sl) return grow_first ? fixed : share > SIZE_MAX - fixed ? SIZE_MAX : fixed + share;
+    if (!r || r->sl) return share > SIZE_MAX - fixed ? SIZE_MAX : fixed + share;
     return std::max(fixed, share > r->block_bytes ? share - r->block_bytes + 1 : 0);
   }
 
@@ -360,7 +359,7 @@ struct pool::impl {
                          std::uint32_t n, std::size_t extra) {
     detail::bin& x = sb.bin_at(b);
     const std::size_t budget = cache_budget(fc, sb, nullptr);
-    const std::size_t held = sb.grow_first ? sb.slot_bytes : sb.cached_bytes;
+    const std::size_t held = sb.held[0];
     const std::size_t room = (held < budget ? (budget - held) / size : 0) + extra;
     n = static_cast<std::uint32_t>(std::min<std::size_t>({n, x.limit - x.count, room}));
     if (!n) return 0;
@@ -380,8 +379,7 @@ struct pool::impl {
     for (std::uint32_t j = k; j-- > 0;)
       x.items[x.count++] = fc.adopt({got[j].addr, size, got[j].sl, 0, 0, got[j].slot, static_cast<std::uint16_t>(b), 8,
                                      detail::rec_cached});
-    sb.cached_bytes += k * size;
-    sb.slot_bytes += k * size;
+    sb.held[0] += k * size;
     return k;
   }
 
@@ -399,8 +397,7 @@ struct pool::impl {
     detail::bin& x = sb.bin_at(b);
     if (!fill_bin(fc, sb, b, size, std::max<std::uint32_t>(1, x.limit / 2), 1)) return detail::front_cache::none;
     ++fc.refills;
-    sb.cached_bytes -= size;
-    sb.slot_bytes -= size;
+    sb.held[0] -= size;
     return x.items[--x.count];
   }
 
@@ -433,7 +430,7 @@ struct pool::impl {
       std::lock_guard g(sb.shard->m);
       if (x.count >= x.limit) trim_bin(fc, sb, x, x.limit / 2);
       const std::size_t budget = cache_budget(fc, sb, &r);
-      if (sb.held_like(r) >= budget && (r.sl || !sb.grow_first)) {
+      if (sb.held[sb.budget_of(r)] >= budget && (r.sl || !sb.grow_first)) {
         // Slots over budget: every bin gives back half its slots. Only slots of slabs the stream
         // owns can go this way; when the others are what fills the budget, the next frees skip
         // the sweep for a while (each of them goes to the pool's lock anyway) instead of sweeping
@@ -443,7 +440,7 @@ struct pool::impl {
           --sb.sweep_backoff;
         } else {
           for (auto& y : sb.bins) trim_bin(fc, sb, y, y.count / 2);
-          if (sb.held_like(r) >= budget) sb.sweep_backoff = 64;
+          if (sb.held[sb.budget_of(r)] >= budget) sb.sweep_backoff = 64;
         }
       }
     }
@@ -537,7 +534,7 @@ struct pool::impl {
             x.items[kept++] = i;
             continue;
           }
-          sb.cached_bytes -= f.recs[i].block_bytes;
+          sb.held[sb.budget_of(f.recs[i])] -= f.recs[i].block_bytes;
           arena.deallocate(f.recs[i].addr, sb.stream);
           f.forget(i);
           any = true;
@@ -1088,7 +1085,7 @@ void pool::check_invariants() const {
     if (live != f->live_bytes) fail(fmt::format("front cache live bytes {} != counted {}", f->live_bytes, live));
     std::unordered_set<std::uint32_t> in_bins;
     for (const auto& sb : f->streams) {
-      std::size_t cached = 0, slots = 0;
+      std::size_t held[2] = {0, 0};
       for (std::size_t b = 0; b < sb.bins.size(); ++b) {
         const detail::bin& x = sb.bins[b];
         if (x.count > x.limit) fail("a bin holds more than its limit");
@@ -1098,12 +1095,10 @@ void pool::check_invariants() const {
             fail("a bin holds a block that is not cached");
           if (!in_bins.insert(i).second) fail(fmt::format("{:#x} is cached twice", f->recs[i].addr));
           if (f->recs[i].bin != b) fail(fmt::format("cached block {:#x} is in the wrong bin", f->recs[i].addr));
-          cached += f->recs[i].block_bytes;
-          if (f->recs[i].sl) slots += f->recs[i].block_bytes;
+          held[sb.budget_of(f->recs[i])] += f->recs[i].block_bytes;
         }
       }
-      if (cached != sb.cached_bytes) fail("a stream's cached bytes are off");
-      if (slots != sb.slot_bytes) fail("a stream's cached slot bytes are off");
+      if (held[0] != sb.held[0] || held[1] != sb.held[1]) fail("a stream's cached bytes are off");
     }
     if (in_bins.size() != cached_recs) fail("a cached block is in no bin");
   }
