@@ -43,17 +43,26 @@ fi
 
 # POLICIES: pool flags per run, separated by "|" (an empty entry: the defaults).
 IFS='|' read -r -a policies <<< "${POLICIES-|--grow-before-reclaim}"
-for bin in ${BINS:-gpumem-base gpumem}; do
-  [[ -x "$D/$bin" ]] || continue
-  for policy in "${policies[@]}"; do
-    label=$(echo "$policy" | sed 's/--grow-before-reclaim/grow/; s/--reclaim-own-first/own/; s/--front-cache-peak-fraction /peak/; s/--//g; s/ /+/g')
-    for run in $(seq 1 "${RUNS:-1}"); do
+label_of() { echo "$1" | sed 's/--grow-before-reclaim/grow/; s/--reclaim-own-first/own/; s/--front-cache-peak-fraction /peak/; s/--//g; s/ /+/g'; }
+# Runs outermost: the binaries and policies take turns, so a host that is slower for a while
+# (H200 hosts vary up to 2x over minutes) does not fall on one binary's runs alone.
+for run in $(seq 1 "${RUNS:-1}"); do
+  for bin in ${BINS:-gpumem-base gpumem}; do
+    [[ -x "$D/$bin" ]] || continue
+    for policy in "${policies[@]}"; do
+      label=$(label_of "$policy")
       for pattern in ${PATTERNS:-churn replay}; do
         timeout 100 ${PIN:+taskset -c "$PIN"} "$D/$bin" bench $pattern --allocator gpumem-gpu --reps 3 --traces "$D/traces" \
           $policy --json 2>> "$W/bench.err" \
           | sed "s/\"allocator\":\"gpumem-gpu\"/\"allocator\":\"$bin${label:++$label}\"/" >> "$W/speed.jsonl"
       done
     done
+  done
+done
+for bin in ${BINS:-gpumem-base gpumem}; do
+  [[ -x "$D/$bin" ]] || continue
+  for policy in "${policies[@]}"; do
+    label=$(label_of "$policy")
     for t in "$D"/traces/*.csv.gz; do
       echo "$bin ${label:-default} $(basename "$t") $(timeout 60 "$D/$bin" replay "$t" --resource gpu-pool $policy --json)" >> "$W/replay.txt"
     done
