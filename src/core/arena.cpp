@@ -235,16 +235,18 @@ std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, strea
   } else {
     index_erase(it);
   }
-  // `it` starts at `start` and is in no index.
+  // `it` starts at `start` and is in no index. The first block's node becomes the live block (one
+  // erase and one insert fewer in the largest tree); the others under the window go.
+  const auto first = it;
   for (;;) {
     if (it->first + it->second.size > end) index_insert(split(it, end));
     if (it->second.st == state::ready) add_busy(it->first, it->second.size, true);
     const std::uintptr_t next_at = it->first + it->second.size;
-    it = blocks_.erase(it);
+    it = it == first ? std::next(it) : blocks_.erase(it);
     if (next_at >= end) break;
     index_erase(it);
   }
-  blocks_.emplace(start, block{size, segment, state::live, true, s, 0, {}});
+  first->second = block{size, segment, state::live, true, s, 0, {}};
   run_remove(start, size);
   high_water_ = std::max(high_water_, end - range_base_);
   allocated_ += size;
@@ -427,38 +429,71 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
   make_free(it);  // merges with neighbours of its new kind
 }
 
+// Runs change by the thousand per second on a busy pool; where a run keeps its start its entry in
+// run_at_ is updated in place, and where one run's entry replaces another's the node moves (no
+// node freed and taken again).
+void arena::resize_run(std::pair<std::size_t, std::uintptr_t> from, std::pair<std::size_t, std::uintptr_t> to) {
+  auto node = runs_.extract(from);
+  node.value() = to;
+  runs_.insert(std::move(node));
+}
+
 void arena::run_add(std::uintptr_t a, std::size_t n) {
-  std::uintptr_t lo = a, hi = a + n;
+  const std::uintptr_t hi = a + n;
   auto next = run_at_.lower_bound(a);
+  const bool joins_next = next != run_at_.end() && next->first == hi;
   if (next != run_at_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == a) {
-      lo = prev->first;
-      runs_.erase({prev->second, prev->first});
-      run_at_.erase(prev);
+    if (auto prev = std::prev(next); prev->first + prev->second == a) {
+      // Grows the run before it, and swallows the one after it.
+      std::size_t grown = prev->second + n;
+      if (joins_next) {
+        grown += next->second;
+        runs_.erase({next->second, next->first});
+        run_at_.erase(next);
+      }
+      resize_run({prev->second, prev->first}, {grown, prev->first});
+      prev->second = grown;
+      return;
     }
   }
-  if (next != run_at_.end() && next->first == hi) {
-    hi += next->second;
-    runs_.erase({next->second, next->first});
-    run_at_.erase(next);
+  if (joins_next) {
+    // The run after it now starts at `a`: its node moves to the new start, in the same place.
+    const std::size_t old = next->second;
+    auto after = std::next(next);
+    auto node = run_at_.extract(next);
+    node.key() = a;
+    node.mapped() = old + n;
+    run_at_.insert(after, std::move(node));
+    resize_run({old, hi}, {old + n, a});
+    return;
   }
-  run_at_.emplace(lo, hi - lo);
-  runs_.emplace(hi - lo, lo);
+  run_at_.emplace_hint(next, a, n);
+  runs_.emplace(n, a);
 }
 
 void arena::run_remove(std::uintptr_t a, std::size_t n) {
   auto r = std::prev(run_at_.upper_bound(a));
   const std::uintptr_t lo = r->first, hi = r->first + r->second;
-  runs_.erase({r->second, r->first});
-  run_at_.erase(r);
+  const std::uintptr_t e = a + n;
   if (lo < a) {
-    run_at_.emplace(lo, a - lo);
-    runs_.emplace(a - lo, lo);
-  }
-  if (a + n < hi) {
-    run_at_.emplace(a + n, hi - (a + n));
-    runs_.emplace(hi - (a + n), a + n);
+    // The run keeps its start and shrinks; what lies past the block is a run of its own.
+    resize_run({r->second, lo}, {a - lo, lo});
+    r->second = a - lo;
+    if (e < hi) {
+      run_at_.emplace_hint(std::next(r), e, hi - e);
+      runs_.emplace(hi - e, e);
+    }
+  } else if (e < hi) {
+    // The block takes the run's front: the entry moves to the block's end, in the same place.
+    auto after = std::next(r);
+    auto node = run_at_.extract(r);
+    node.key() = e;
+    node.mapped() = hi - e;
+    run_at_.insert(after, std::move(node));
+    resize_run({hi - lo, lo}, {hi - e, e});
+  } else {
+    runs_.erase({r->second, lo});
+    run_at_.erase(r);
   }
 }
 

@@ -289,6 +289,7 @@ class arena {
   // [a, e) — inside one ready block of the other kind — becomes mapped (or unmapped) ready memory.
   void set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped);
   void run_add(std::uintptr_t a, std::size_t n);     // [a, a + n) became free (owned or ready)
+  void resize_run(std::pair<std::size_t, std::uintptr_t> from, std::pair<std::size_t, std::uintptr_t> to);  // in runs_
   void run_remove(std::uintptr_t a, std::size_t n);  // [a, a + n), inside a run, became live
   void add_busy(std::uintptr_t a, std::size_t n, bool add);
   std::size_t unmapped_granules(std::uintptr_t a, std::size_t n) const;
