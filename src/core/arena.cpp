@@ -69,13 +69,20 @@ arena::~arena() {
 
 arena::free_index& arena::index_of(const block& b) {
   if (b.st == state::ready) return b.mapped ? ready_ : void_;
-  return owned_.try_emplace(b.stream, free_index::allocator_type(nodes_)).first->second;
+  // The last stream's index, remembered: a free and the coalescing after it ask for the same
+  // stream's several times, and an unordered_map's values stay where they are until erased.
+  if (owned_last_ && owned_last_stream_ == b.stream) return *owned_last_;
+  owned_last_stream_ = b.stream;
+  return *(owned_last_ = &owned_.try_emplace(b.stream, free_index::allocator_type(nodes_)).first->second);
 }
 void arena::index_insert(block_map::iterator it) { index_of(it->second).emplace(it->second.size, it->first); }
 void arena::index_erase(block_map::iterator it) {
   auto& idx = index_of(it->second);
   idx.erase({it->second.size, it->first});
-  if (it->second.st == state::owned && idx.empty()) owned_.erase(it->second.stream);
+  if (it->second.st == state::owned && idx.empty()) {
+    if (owned_last_ == &idx) owned_last_ = nullptr;
+    owned_.erase(it->second.stream);
+  }
 }
 
 // Merges a free block (not in an index) with free neighbours of the same kind; returns the merged
@@ -187,7 +194,8 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
     set_why(why, "no mapped place fits");
     return 0;
   }
-  if (!map_window(start, size, s, may_grow, why)) {
+  // (A place on mapped memory, cost 0, has nothing to map.)
+  if (cost > 0 && !map_window(start, size, s, may_grow, why)) {
     // When its granules cannot be had, the cheapest place anywhere may still fit (at the top of
     // the mapped range, where the last granule is partly mapped): try that once.
     std::uintptr_t other = 0;
@@ -325,9 +333,10 @@ arena::block_map::iterator arena::block_at(std::uintptr_t a) {
   return std::prev(it);
 }
 
-std::size_t arena::unmapped_granules(std::uintptr_t a, std::size_t n) const {
+std::size_t arena::unmapped_granules(std::uintptr_t a, std::size_t n, std::size_t enough) const {
   std::size_t count = 0;
-  for (std::size_t g = granule_of(a); granule_addr(g) < a + n; ++g) count += granule_handle_[g].value == 0;
+  for (std::size_t g = granule_of(a); granule_addr(g) < a + n && count < enough; ++g)
+    count += granule_handle_[g].value == 0;
   return count;
 }
 
@@ -348,7 +357,7 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
     auto try_at = [&](std::uintptr_t at) {
       if (at < lo || at + size > hi) return;
       fits = true;
-      const std::size_t c = unmapped_granules(at, size);
+      const std::size_t c = unmapped_granules(at, size, cost);  // no better than `cost`: no need to finish
       if (c < cost) {
         cost = c;
         start = at;

@@ -292,7 +292,8 @@ class arena {
   void resize_run(std::pair<std::size_t, std::uintptr_t> from, std::pair<std::size_t, std::uintptr_t> to);  // in runs_
   void run_remove(std::uintptr_t a, std::size_t n);  // [a, a + n), inside a run, became live
   void add_busy(std::uintptr_t a, std::size_t n, bool add);
-  std::size_t unmapped_granules(std::uintptr_t a, std::size_t n) const;
+  // Unmapped granules under [a, a + n); the count stops at `enough`.
+  std::size_t unmapped_granules(std::uintptr_t a, std::size_t n, std::size_t enough = SIZE_MAX) const;
 
   upstream& up_;
   stream_clock& clock_;
@@ -304,6 +305,8 @@ class arena {
   free_index ready_{free_index::allocator_type(nodes_)};  // ready blocks; on a virtual upstream the mapped ones
   free_index void_{free_index::allocator_type(nodes_)};   // virtual: unmapped ready blocks
   std::unordered_map<stream_ref, free_index> owned_;
+  free_index* owned_last_ = nullptr;  // index_of's memory: owned_[owned_last_stream_], until erased
+  stream_ref owned_last_stream_ = 0;
   std::vector<std::uintptr_t> waiting_;  // addresses of waiting blocks
   std::vector<segment> segments_;
   std::size_t segment_bytes_ = 0;        // plain: sum of live segments
