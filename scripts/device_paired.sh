@@ -26,9 +26,11 @@ import collections, json, statistics, sys
 runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    key = (r["pattern"], r.get("trace", "").split("_")[0] or str(r.get("size_bytes", "")))
-    runs[key].setdefault(r["round"], {})[r["allocator"]] = r.get("ns_per_op") or r.get("ns_per_pair")
-print(f"{'figure':28}{'base':>10}{'new':>10}{'new/base per round (median)':>30}")
+    key = (r["pattern"], r.get("trace", "").split("_")[0] or str(r.get("size_bytes") or r.get("threads")))
+    value = r.get("ns_per_op") or r.get("ns_per_pair") or r.get("mops_per_s")  # threads: Mops/s, higher is better
+    if value:
+        runs[key].setdefault(r["round"], {})[r["allocator"]] = value
+print(f"{'figure':28}{'base':>10}{'new':>10}{'new/base per round (median)':>30}{'rounds new < base':>20}")
 for key, rounds in sorted(runs.items()):
     both = [v for v in rounds.values() if "gpumem-base" in v and "gpumem" in v]
     if not both:
@@ -36,5 +38,6 @@ for key, rounds in sorted(runs.items()):
     base = statistics.median(v["gpumem-base"] for v in both)
     new = statistics.median(v["gpumem"] for v in both)
     ratio = statistics.median(v["gpumem"] / v["gpumem-base"] for v in both)
-    print(f"{' '.join(key):28}{base:10.1f}{new:10.1f}{ratio:30.3f}")
+    lower = sum(v["gpumem"] < v["gpumem-base"] for v in both)
+    print(f"{' '.join(key):28}{base:10.1f}{new:10.1f}{ratio:30.3f}{lower:>14} of {len(both)}")
 PY
