@@ -121,7 +121,7 @@ struct stream_bins {
   // (pool.cpp, cache_budget): with one budget for both, the large blocks a thread cached while its
   // live bytes were high filled it once they fell, and then every small free went back to its
   // slab and every small request refilled (bert's trace: 9 small requests in 10; the warm replays
-  // of the shared traces ran 8-60 % fewer instructions with the budgets apart). By default one
+  // of the shared traces ran 10-62 % fewer instructions with the budgets apart). By default one
   // budget covers both: the tight policy wants slabs emptied and given back, and cached slots pin
   // theirs (the example varlen trace on a lagging device, waiting before growth: 1.008x live,
   // 1.034x with the budgets apart).

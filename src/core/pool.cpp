@@ -322,15 +322,16 @@ struct pool::impl {
 
   // The most bytes of `r`'s kind stream `sb` of front cache `fc` may hold when block `r` comes in
   // (nullptr: slots from the stream's slabs, for fill_bin); front_cache::push checks it against
-  // what stream_bins::held holds of its kind before the block is added. By default front_cache_bytes, for every
-  // cached byte. Growing first, large blocks are what the front cache must keep to spare the
-  // pool's lock (the arena's best fit costs about a µs a request and a free), so arena blocks may
-  // fill front_cache_grow_fraction of the thread's live bytes, this block included — past that
-  // share a block would add a whole block of memory the pool holds — or front_cache_bytes if that
-  // is more; and slots, counted apart (front_cache.hpp, stream_bins::held), front_cache_bytes plus the
-  // share. With front_cache_peak_fraction (default policy) the share is of the thread's peak, and
-  // every cached byte counts against both. Below front_cache_bytes every block is welcome: the
-  // share is worked out only past it, off the common path.
+  // what stream_bins::held holds of that kind before the block is added. By default
+  // front_cache_bytes, for every cached byte. Growing first, large blocks are what the front cache
+  // must keep to spare the pool's lock (the arena's best fit costs about a µs a request and a
+  // free), so arena blocks may fill front_cache_grow_fraction of the thread's live bytes, this
+  // block included — past that share a block would add a whole block of memory the pool holds —
+  // or front_cache_bytes if that is more; and slots, counted apart (front_cache.hpp,
+  // stream_bins::held), front_cache_bytes plus the share. With front_cache_peak_fraction (default
+  // policy) the share is of the thread's peak, and every cached byte counts against both. Below
+  // front_cache_bytes every block is welcome: the share is worked out only past it, off the
+  // common path.
   std::size_t cache_budget(const detail::front_cache& fc, const detail::stream_bins& sb,
                            const detail::block_rec* r) const {
     if (large_budget && sb.held[r ? sb.budget_of(*r) : 0] >= opts.front_cache_bytes) [[unlikely]]
@@ -431,11 +432,11 @@ struct pool::impl {
       if (x.count >= x.limit) trim_bin(fc, sb, x, x.limit / 2);
       const std::size_t budget = cache_budget(fc, sb, &r);
       if (sb.held[sb.budget_of(r)] >= budget && (r.sl || !sb.grow_first)) {
-        // Slots over budget: every bin gives back half its slots. Only slots of slabs the stream
-        // owns can go this way; when the others are what fills the budget, the next frees skip
-        // the sweep for a while (each of them goes to the pool's lock anyway) instead of sweeping
-        // in vain every time. (An arena block over its budget goes to the pool's lock: slots
-        // given back would not make room for it.)
+        // Over budget: every bin gives back half its slots. Only slots of slabs the stream owns
+        // can go this way; when arena blocks or other slots are what fills the budget, the next
+        // frees skip the sweep for a while (each of them goes to the pool's lock anyway) instead
+        // of sweeping in vain every time. Growing first, an arena block over its own budget goes
+        // to the pool's lock at once: slots given back would not make room for it.
         if (sb.sweep_backoff) {
           --sb.sweep_backoff;
         } else {
