@@ -438,19 +438,27 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
   make_free(it);  // merges with neighbours of its new kind
 }
 
-// Runs change by the thousand per second on a busy pool; where a run keeps its start its entry in
-// run_at_ is updated in place, and where one run's entry replaces another's the node moves (no
-// node freed and taken again).
-void arena::resize_run(std::pair<std::size_t, std::uintptr_t> from, std::pair<std::size_t, std::uintptr_t> to) {
-  auto node = runs_.extract(from);
-  node.value() = to;
-  runs_.insert(std::move(node));
+// Runs change by the thousand per second on a busy pool: a run that keeps its start is updated in
+// place in run_at_, one whose start moves (in the same order) carries its node there, and its
+// runs_ entry moves its node too — no node freed and taken again.
+void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size) {
+  auto by_size = runs_.extract({r->second, r->first});
+  by_size.value() = {size, start};
+  runs_.insert(std::move(by_size));
+  if (start == r->first) {
+    r->second = size;
+    return;
+  }
+  const auto after = std::next(r);
+  auto node = run_at_.extract(r);
+  node.key() = start;
+  node.mapped() = size;
+  run_at_.insert(after, std::move(node));
 }
 
 void arena::run_add(std::uintptr_t a, std::size_t n) {
-  const std::uintptr_t hi = a + n;
   auto next = run_at_.lower_bound(a);
-  const bool joins_next = next != run_at_.end() && next->first == hi;
+  const bool joins_next = next != run_at_.end() && next->first == a + n;
   if (next != run_at_.begin()) {
     if (auto prev = std::prev(next); prev->first + prev->second == a) {
       // Grows the run before it, and swallows the one after it.
@@ -460,20 +468,12 @@ void arena::run_add(std::uintptr_t a, std::size_t n) {
         runs_.erase({next->second, next->first});
         run_at_.erase(next);
       }
-      resize_run({prev->second, prev->first}, {grown, prev->first});
-      prev->second = grown;
+      reshape_run(prev, prev->first, grown);
       return;
     }
   }
   if (joins_next) {
-    // The run after it now starts at `a`: its node moves to the new start, in the same place.
-    const std::size_t old = next->second;
-    auto after = std::next(next);
-    auto node = run_at_.extract(next);
-    node.key() = a;
-    node.mapped() = old + n;
-    run_at_.insert(after, std::move(node));
-    resize_run({old, hi}, {old + n, a});
+    reshape_run(next, a, next->second + n);  // the run after it now starts at `a`
     return;
   }
   run_at_.emplace_hint(next, a, n);
@@ -482,24 +482,16 @@ void arena::run_add(std::uintptr_t a, std::size_t n) {
 
 void arena::run_remove(std::uintptr_t a, std::size_t n) {
   auto r = std::prev(run_at_.upper_bound(a));
-  const std::uintptr_t lo = r->first, hi = r->first + r->second;
-  const std::uintptr_t e = a + n;
+  const std::uintptr_t lo = r->first, hi = r->first + r->second, e = a + n;
   if (lo < a) {
     // The run keeps its start and shrinks; what lies past the block is a run of its own.
-    resize_run({r->second, lo}, {a - lo, lo});
-    r->second = a - lo;
+    reshape_run(r, lo, a - lo);
     if (e < hi) {
       run_at_.emplace_hint(std::next(r), e, hi - e);
       runs_.emplace(hi - e, e);
     }
   } else if (e < hi) {
-    // The block takes the run's front: the entry moves to the block's end, in the same place.
-    auto after = std::next(r);
-    auto node = run_at_.extract(r);
-    node.key() = e;
-    node.mapped() = hi - e;
-    run_at_.insert(after, std::move(node));
-    resize_run({hi - lo, lo}, {hi - e, e});
+    reshape_run(r, e, hi - e);  // the block takes the run's front
   } else {
     runs_.erase({r->second, lo});
     run_at_.erase(r);

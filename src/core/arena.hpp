@@ -289,7 +289,10 @@ class arena {
   // [a, e) — inside one ready block of the other kind — becomes mapped (or unmapped) ready memory.
   void set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped);
   void run_add(std::uintptr_t a, std::size_t n);     // [a, a + n) became free (owned or ready)
-  void resize_run(std::pair<std::size_t, std::uintptr_t> from, std::pair<std::size_t, std::uintptr_t> to);  // in runs_
+  using run_map = recycled_map<std::uintptr_t, std::size_t>;  // run start -> length
+  // Run `r` becomes [start, start + size), still between its neighbours: its entries in run_at_
+  // and runs_ change where they are.
+  void reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size);
   void run_remove(std::uintptr_t a, std::size_t n);  // [a, a + n), inside a run, became live
   void add_busy(std::uintptr_t a, std::size_t n, bool add);
   // Unmapped granules under [a, a + n); the count stops at `enough`.
@@ -339,7 +342,7 @@ class arena {
   std::size_t mapped_ = 0;                        // granules mapped
   std::size_t high_water_ = 0;                    // end of the highest block ever live, relative
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
-  recycled_map<std::uintptr_t, std::size_t> run_at_{recycled<std::pair<const std::uintptr_t, std::size_t>>(nodes_)};
+  run_map run_at_{run_map::allocator_type(nodes_)};
   free_index runs_{free_index::allocator_type(nodes_)};
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;

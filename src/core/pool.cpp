@@ -535,7 +535,7 @@ struct pool::impl {
             x.items[kept++] = i;
             continue;
           }
-          sb.held[sb.budget_of(f.recs[i])] -= f.recs[i].block_bytes;
+          detail::front_cache::uncount(sb, f.recs[i]);
           arena.deallocate(f.recs[i].addr, sb.stream);
           f.forget(i);
           any = true;
