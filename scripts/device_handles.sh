@@ -18,7 +18,9 @@
 #      PEER_PATTERNS (e.g. "replay": `gpumem bench` for PEER_ALLOCATORS, default cuda-malloc-async
 #      and cub-caching, in one process), TRACE=1 (each gpumem model run records its requests:
 #      torch/traces/ in the tarball), SKIP_SMOKE= (empty: run the smoke check first),
-#      SANITIZE_FILTER (a gtest filter: those GPU tests again under compute-sanitizer memcheck).
+#      SANITIZE_FILTER (a gtest filter: those GPU tests again under compute-sanitizer memcheck),
+#      TORCH_BASE=1 (the models model by model with .carry/torch-base, an earlier build's adaptor,
+#      and with this one, each beside PyTorch's own allocator: torch-base-MODEL/, torch-new-MODEL/).
 set -u
 cd "$(dirname "$0")/.."
 D=.carry/gpu
@@ -88,7 +90,18 @@ if [[ -n "${ALLOC_LOOP:-}" ]]; then
   fi
 fi
 
-if [[ -z "${SKIP_TORCH:-}" ]]; then
+if [[ -z "${SKIP_TORCH:-}" && -n "${TORCH_BASE:-}" ]]; then
+  # TORCH_BASE=1: model by model, the carried earlier adaptor (.carry/torch-base) and this one take
+  # turns, each beside PyTorch's own allocator in the same call, so a host that drifts slows both.
+  IFS=',' read -r -a ab_models <<< "${MODELS:-resnet50_train}"
+  for model in "${ab_models[@]}"; do
+    for side in base new; do
+      dist=.carry/torch; [[ $side == base ]] && dist=.carry/torch-base
+      GPUMEM_DIST=$dist OUT="$W/torch-$side-$model" MODELS=$model REPEAT=${REPEAT:-1} VARIANTS=${VARIANTS-} PEERS= \
+        SKIP_SMOKE=1 timeout ${TORCH_TIMEOUT:-200} bash scripts/device_torch.sh > "$W/torch-$side-$model.txt" 2>&1
+    done
+  done
+elif [[ -z "${SKIP_TORCH:-}" ]]; then
   [[ -n "${TRACE:-}" ]] && { export GPUMEM_TRACE_DIR="$W/torch/traces"; mkdir -p "$GPUMEM_TRACE_DIR"; }
   OUT="$W/torch" MODELS=${MODELS:-resnet50_train} REPEAT=${REPEAT:-2} VARIANTS=${VARIANTS-grow_before_reclaim=1} \
     PEERS=${PEERS-native-async,pluggable-async} SKIP_SMOKE=${SKIP_SMOKE-1} timeout ${TORCH_TIMEOUT:-360} \
@@ -106,3 +119,4 @@ tail -3 "$W/bench.err"
 grep -v '^{' "$W/alloc_loop.txt" 2>/dev/null | tail -14
 grep -hE "^(FAIL|SMOKE)" "$W/torch/smoke.log" "$W/torch/smoke_cupy.log" 2>/dev/null
 tail -14 "$W/torch.txt" 2>/dev/null
+for d in "$W"/torch-base-* "$W"/torch-new-*; do [[ -d $d ]] && { echo "== $(basename "$d")"; sed -n '/^model /,/^$/p' "$d/bench_models.log" | sed -n '3,$p'; }; done

@@ -30,6 +30,7 @@
 // slab cache or arena as freed on its bin's stream, and from there the stream clock's events
 // decide when other streams may have it.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -84,6 +85,9 @@ struct block_rec {
 
 // Classes for bins: the small ones, then 8 per doubling, up to 2^47 bytes.
 inline std::size_t bin_of(std::size_t size) noexcept { return size_class_of(size); }
+// Bins per stream: one for every class a plausible request (at most 2^47 bytes) can have, so the
+// common path indexes them with no bounds test.
+inline constexpr std::size_t bin_count = size_class_of(std::size_t{1} << 47) + 1;
 
 // Most blocks one bin keeps: about 400 / cbrt(size), 2 to 32. A bin's count moves like a random
 // walk when sizes come and go at random; refilling and trimming to half the limit makes the walk
@@ -127,19 +131,18 @@ struct stream_bins {
   static std::size_t budget_of(const block_rec& r) noexcept { return std::size_t{r.sl == nullptr}; }
   std::size_t cached_bytes() const noexcept { return held[0] + held[1]; }
   slab_shard* shard = nullptr;  // the stream's slab shard, once the pool has looked it up
-  std::vector<bin> bins;        // by bin_of (small and large share the index)
+  std::array<bin, bin_count> bins{};  // by bin_of (small and large share the index); set up when first used
   std::uint32_t sweep_backoff = 0;  // over-budget frees left before the next sweep of all bins
   bool grow_first = false;          // the pool's grow_before_reclaim: see bin_limit_for
 
   bin& bin_at(std::size_t b) {
-    if (b < bins.size() && bins[b].limit) [[likely]]
+    if (bins[b].limit) [[likely]]
       return bins[b];
     return set_up(b);
   }
 
  private:
   [[gnu::noinline]] bin& set_up(std::size_t b) {
-    if (b >= bins.size()) bins.resize(b + 1);
     bin& x = bins[b];
     x.limit = bin_limit_for(size_class_bytes(b), grow_first);
     x.items = std::make_unique<std::uint32_t[]>(x.limit);
@@ -197,18 +200,17 @@ class alignas(64) front_cache {
   }
   // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); none if none.
   std::uint32_t pop(stream_bins& sb, std::size_t b, std::size_t size, std::size_t alignment) {
-    if (b < sb.bins.size()) [[likely]] {
-      bin& x = sb.bins[b];
-      // Newest first: warm in cache, and in a small class every block fits.
-      if (x.count) [[likely]] {
-        const std::uint32_t i = x.items[x.count - 1];
-        if (recs[i].block_bytes == size && (recs[i].addr & (alignment - 1)) == 0) [[likely]] {
-          --x.count;
-          uncount(sb, recs[i]);
-          return i;
-        }
-        return probe(sb, x, size, alignment);
+    bin& x = sb.bins[b];
+    // Newest first: warm in cache, and in a small class every block fits. (A bin not set up yet
+    // has a count of 0.)
+    if (x.count) [[likely]] {
+      const std::uint32_t i = x.items[x.count - 1];
+      if (recs[i].block_bytes == size && (recs[i].addr & (alignment - 1)) == 0) [[likely]] {
+        --x.count;
+        uncount(sb, recs[i]);
+        return i;
       }
+      return probe(sb, x, size, alignment);
     }
     return none;
   }
@@ -231,7 +233,7 @@ class alignas(64) front_cache {
     auto fits = [&](std::uint32_t i) {
       return !recs[i].sl && recs[i].block_bytes >= size && (recs[i].addr & (alignment - 1)) == 0;
     };
-    if (b < sb.bins.size()) {
+    {
       bin& x = sb.bins[b];
       const std::uint32_t stop = x.count > fit_scan ? x.count - fit_scan : 0;
       std::uint32_t best = x.count;  // position in x.items
@@ -285,8 +287,10 @@ class alignas(64) front_cache {
   [[gnu::noinline]] stream_bins& find_bins(stream_ref s) {
     for (auto& sb : streams)
       if (sb.stream == s) return *(last_ = &sb);
-    streams.push_back(stream_bins{s, {0, 0}, nullptr, {}, 0, grow_first_});
-    return *(last_ = &streams.back());  // a new element may have moved the others: renew last_
+    stream_bins& sb = streams.emplace_back();
+    sb.stream = s;
+    sb.grow_first = grow_first_;
+    return *(last_ = &sb);  // a new element may have moved the others: renew last_
   }
   stream_bins* last_ = nullptr;  // the stream of the latest call, most likely the next one's
   bool grow_first_;              // the pool's grow_before_reclaim, for its streams' bins

@@ -23,6 +23,7 @@ namespace gpumem {
 namespace {
 // Past this a size is a bug, not a request: no device has 128 TiB.
 constexpr std::size_t absurd_bytes = std::size_t{1} << 47;
+static_assert(detail::size_class_of(absurd_bytes) < detail::bin_count, "every plausible request has a bin");
 // With several threads, each front cache adds its live bytes to the shared figure in steps of
 // this much, so threads do not fight over one counter; the peak is then exact to threads × this.
 // A thread whose requests come and go at random (the threads pattern: 256 B - 1 MiB) crosses 1 MiB
@@ -97,6 +98,10 @@ struct pool::impl {
   const std::uint64_t id;
   const bool bins_enabled;
   const bool zero_on_free;
+  // `id` where a free may take the common path (front caches, no zeroing), else an id no pool
+  // has: the free's fast path then tests one figure. Only a pool with front caches ever puts its
+  // id in tls_last (find_front), so tls_last naming the pool already says it has them.
+  const std::uint64_t fast_free_id;
   const bool grow_first;  // grow_before_reclaim: see cache_budget, pop_fit, give_back_fitting
   // Large blocks get a budget of their own past front_cache_bytes: growing first, or
   // front_cache_peak_fraction (see cache_budget).
@@ -125,6 +130,7 @@ struct pool::impl {
         id(next_pool_id.fetch_add(1)),
         bins_enabled(op.front_cache),
         zero_on_free(op.zero_on_free),
+        fast_free_id(op.front_cache && !op.zero_on_free ? id : ~std::uint64_t{0}),
         grow_first(op.grow_before_reclaim),
         large_budget(op.grow_before_reclaim || op.front_cache_peak_fraction > 0),
         clock(o),
@@ -733,14 +739,15 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   const bool small = bytes <= p.small_max && alignment <= detail::class_unit;
   std::size_t size, b;
   if (small) {
-    b = detail::size_class_of(bytes);
-    size = detail::size_class_bytes(b);
+    const detail::class_and_size c = detail::size_class_for(bytes);
+    b = c.index;
+    size = c.bytes;
   } else {
     size = align_up(bytes, detail::arena::unit);
     b = detail::bin_of(size);
   }
   const auto align_log2 = static_cast<std::uint8_t>(std::countr_zero(alignment));
-  const bool tried = tls_last.pool_id == p.id && p.bins_enabled;
+  const bool tried = tls_last.pool_id == p.id;  // and so the pool has front caches (find_front)
   if (tried) [[likely]] {
     detail::front_cache& fc = *tls_last.fc;
     fc.lock.owner_lock();
@@ -827,7 +834,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   if (!ptr) return;
   impl& p = *impl_;
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
-  if (tls_last.pool_id == p.id && p.bins_enabled && !p.zero_on_free) [[likely]] {
+  if (tls_last.pool_id == p.fast_free_id) [[likely]] {
     detail::front_cache& fc = *tls_last.fc;
     fc.lock.owner_lock();
     if (const std::uint32_t* pi = fc.index.find(a)) [[likely]] {

@@ -12,13 +12,22 @@ inline constexpr std::size_t class_unit = 256;
 inline constexpr std::size_t linear_limit = 4096;   // 16 classes of 256 B steps
 inline constexpr std::size_t classes_per_doubling = 8;
 
-constexpr std::size_t size_class_of(std::size_t n) noexcept {
-  if (n <= linear_limit) return n == 0 ? 0 : (n + class_unit - 1) / class_unit - 1;
-  const unsigned p = static_cast<unsigned>(std::bit_width(n - 1));  // 2^p >= n > 2^(p-1)
-  const std::size_t step = std::size_t{1} << (p - 4);                // 2^(p-1) / 8
-  const std::size_t low = std::size_t{1} << (p - 1);
-  return 16 + (p - 13) * classes_per_doubling + (n - low + step - 1) / step - 1;
+// A request's class and the class's size together, for n >= 1: with m = n - 1, past 4 KiB the
+// class is m's bit width and the 3 bits below its top bit, and the size is m rounded up past those
+// bits — shifts only, no division (the allocate's fast path computes this on every call).
+struct class_and_size {
+  std::size_t index;
+  std::size_t bytes;
+};
+constexpr class_and_size size_class_for(std::size_t n) noexcept {
+  const std::size_t m = n - 1;
+  if (n <= linear_limit) return {m / class_unit, (m / class_unit + 1) * class_unit};
+  const unsigned shift = static_cast<unsigned>(std::bit_width(m)) - 4;  // 2^shift: the class's step
+  const std::size_t top = m >> shift;                                    // 8..15
+  return {shift * classes_per_doubling + top - 64, (top + 1) << shift};
 }
+
+constexpr std::size_t size_class_of(std::size_t n) noexcept { return n == 0 ? 0 : size_class_for(n).index; }
 
 constexpr std::size_t size_class_bytes(std::size_t c) noexcept {
   if (c < 16) return (c + 1) * class_unit;
@@ -33,5 +42,7 @@ static_assert(size_class_of(4096) == 15 && size_class_bytes(15) == 4096);
 static_assert(size_class_of(4097) == 16 && size_class_bytes(16) == 4608);
 static_assert(size_class_bytes(size_class_of(65536)) == 65536);
 static_assert(size_class_bytes(size_class_of(65537)) == 73728);
+static_assert(size_class_for(4097).bytes == 4608 && size_class_for(65537).bytes == 73728);
+static_assert(size_class_of(std::size_t{1} << 47) == 16 + 34 * classes_per_doubling + 7);
 
 }  // namespace gpumem::detail
