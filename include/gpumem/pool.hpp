@@ -87,11 +87,12 @@ struct pool_options {
   bool grow_before_reclaim = false;
   // Per-thread, per-stream front caches: the lock-free common path.
   bool front_cache = true;
-  // Most bytes one thread's front cache keeps for one stream before it hands blocks back. Large
-  // is safe by default: front caches are flushed before the pool grows, so caching never adds
-  // reserved memory. With grow_before_reclaim they are flushed only when growing fails, so what
-  // they keep adds to reserved: there this bounds small blocks, and large ones get
-  // front_cache_grow_fraction of live instead where that is more.
+  // Most bytes of small blocks (slots), and apart from them of large blocks, one thread's front
+  // cache keeps for one stream before it hands blocks back (two budgets: with one for both, large
+  // blocks filled it and no small free was cached). Large is safe by default: front caches are
+  // flushed before the pool grows, so caching never adds reserved memory. With
+  // grow_before_reclaim they are flushed only when growing fails, so what they keep adds to
+  // reserved: there large blocks get front_cache_grow_fraction of live instead where that is more.
   std::size_t front_cache_bytes = std::size_t{32} << 20;
   // Freed memory is zeroed before another user can get it (multi-tenant services). Needs an
   // upstream that can fill memory; a no-op on the simulator, which has none.

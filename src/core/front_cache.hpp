@@ -125,7 +125,7 @@ struct stream_bins {
   // live bytes were high filled it, and then every small free went back to its slab and every
   // small request refilled from there: growing first, bert's trace 9 small requests in 10 (session
   // 12); by default llama's nearly all of its 318,000 per pass (session 13). The warm replays of the
-  // shared traces ran 10-62 % fewer instructions growing first, 55 % fewer on llama by default.
+  // shared traces ran 10-62 % fewer instructions growing first, 57 % fewer on llama by default.
   std::size_t held[2] = {0, 0};
   // Which of `held` block `r` counts in (branch-free: the free's fast path computes it).
   static std::size_t budget_of(const block_rec& r) noexcept { return std::size_t{r.sl == nullptr}; }

@@ -90,7 +90,7 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                            "--grow-before-reclaim)");
   add_byte_size_option(app, "--front-cache-bytes", opts.front_cache_bytes,
                        std::string(what) +
-                           ": pool_options::front_cache_bytes, what each thread's front cache keeps per stream (e.g. "
+                           ": pool_options::front_cache_bytes, what each thread's front cache keeps per stream of small blocks, and apart of large ones (e.g. "
                            "4M; default 32M)");
 }
 
