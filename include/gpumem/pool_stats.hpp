@@ -45,6 +45,9 @@ struct pool_stats {
   // stream's shard lock (not the pool's). Far fewer than front_hits when the bins keep what a job
   // frees; near them when the bins give back what comes in (a budget spent elsewhere).
   std::uint64_t front_refills = 0;
+  // Cached large blocks a front cache gave back to make room for one freed later (the oldest go
+  // first: the shapes a job frees now are those it asks for next).
+  std::uint64_t front_evictions = 0;
   double fragmentation() const noexcept {
     return peak_live_bytes ? double(peak_reserved_bytes) / double(peak_live_bytes) : 0.0;
   }

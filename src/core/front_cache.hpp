@@ -69,7 +69,10 @@ struct block_rec {
   std::uintptr_t addr = 0;
   std::size_t block_bytes = 0;  // a slot's size or an arena block's (multiple of 256)
   slab* sl = nullptr;           // the slot's slab; nullptr: an arena block
-  std::size_t bytes = 0;        // live: as requested
+  union {
+    std::size_t bytes = 0;    // live: as requested
+    std::uint64_t cached_at;  // cached: its front cache's fast_frees when it came in (its age, for eviction)
+  };
   stream_ref stream = 0;        // live: the allocating stream
   std::uint32_t slot = 0;       // the slot's index in `sl`
   std::uint16_t bin = 0;        // bin_of(block_bytes)
@@ -117,6 +120,36 @@ struct bin {
   std::uint32_t limit = 0;  // 0: not set up yet
 };
 
+// An arena block as it was cached: its record, and when (block_rec::cached_at).
+struct arena_order_entry {
+  std::uint32_t rec;
+  std::uint64_t cached_at;
+};
+
+// The arena blocks a stream's bins took in, oldest first, for front_cache::take_oldest_arena_block.
+// Entries are not removed when their block leaves a bin (a hit takes it from the middle): an entry
+// whose record is no longer cached, or was cached again later, is stale, and skipped when it comes
+// up. A fixed ring: when it is full the oldest entry goes, and its block, if still cached, leaves
+// through a full bin or a flush instead.
+class arena_order_ring {
+ public:
+  [[gnu::noinline]] void push(const arena_order_entry& e) {  // off the free's inlined path
+    if (!ring_) ring_ = std::make_unique<arena_order_entry[]>(capacity);
+    if (tail_ - head_ == capacity) ++head_;
+    ring_[tail_++ % capacity] = e;
+  }
+  bool pop_oldest(arena_order_entry& e) noexcept {
+    if (head_ == tail_) return false;
+    e = ring_[head_++ % capacity];
+    return true;
+  }
+
+ private:
+  static constexpr std::uint32_t capacity = 1024;
+  std::unique_ptr<arena_order_entry[]> ring_;
+  std::uint32_t head_ = 0, tail_ = 0;  // counts pushed and popped: tail_ - head_ entries wait
+};
+
 // Bins of one stream in one front cache.
 struct stream_bins {
   stream_ref stream = 0;
@@ -132,6 +165,7 @@ struct stream_bins {
   std::size_t cached_bytes() const noexcept { return held[0] + held[1]; }
   slab_shard* shard = nullptr;  // the stream's slab shard, once the pool has looked it up
   std::array<bin, bin_count> bins{};  // by bin_of (small and large share the index); set up when first used
+  arena_order_ring arena_order;     // its cached arena blocks, oldest first
   std::uint32_t sweep_backoff = 0;  // over-budget frees left before the next sweep of all bins
   bool grow_first = false;          // the pool's grow_before_reclaim: see bin_limit_for
 
@@ -166,6 +200,7 @@ class alignas(64) front_cache {
   std::size_t peak_live = 0;       // this front's own peak: the pool's, while it is the only one
   std::uint64_t hits = 0, fast_frees = 0;  // served / taken back without the pool's lock
   std::uint64_t refills = 0;               // of the hits, from the stream's slabs (pool_stats::front_refills)
+  std::uint64_t evictions = 0;             // cached arena blocks that made room for newer ones (pool_stats::front_evictions)
 
   // The live block at `a`, or nullptr.
   block_rec* find_live(std::uintptr_t a) noexcept {
@@ -252,18 +287,39 @@ class alignas(64) front_cache {
     return none;
   }
   // Caches block `i` (already rec_cached) in its bin, unless the bin is full or the byte budget of
-  // its kind (slots or arena blocks) is spent; false: not cached. The budget is checked before the
-  // block is added, so while it is not spent a block of any size is welcome: a loop over one big
-  // tensor stays fast even when smaller blocks are cached beside it (each kind exceeds its budget
-  // by one block at most).
-  static bool push(stream_bins& sb, const block_rec& r, std::uint32_t i, std::size_t max_bytes) {
+  // its kind (slots or arena blocks) is spent; false: not cached (and `r` untouched). The budget is
+  // checked before the block is added, so while it is not spent a block of any size is welcome: a
+  // loop over one big tensor stays fast even when smaller blocks are cached beside it (each kind
+  // exceeds its budget by one block at most).
+  [[gnu::always_inline]] bool push(stream_bins& sb, block_rec& r, std::uint32_t i, std::size_t max_bytes) {
     std::size_t& held = sb.held[sb.budget_of(r)];
     if (held >= max_bytes) return false;
     bin& x = sb.bin_at(r.bin);
     if (x.count >= x.limit) return false;
     x.items[x.count++] = i;
     held += r.block_bytes;
+    r.cached_at = fast_frees;
+    if (!r.sl) [[unlikely]]
+      sb.arena_order.push({i, r.cached_at});
     return true;
+  }
+
+  // Takes the oldest cached arena block of `sb` out of its bin; none if none. Making room for a
+  // newer one: the blocks a job frees now are the shapes it asks for next, while one cached long
+  // ago is a shape it has moved on from (bert's trace, batch shapes at random: blocks of past
+  // batches filled the budget and refused 97 % of the large frees growing first, which all went
+  // to the pool's lock).
+  std::uint32_t take_oldest_arena_block(stream_bins& sb) noexcept {
+    for (arena_order_entry e; sb.arena_order.pop_oldest(e);) {
+      const block_rec& r = recs[e.rec];
+      // Stale: the block left, or was cached again since, or the record now holds a slot (fill_bin
+      // adopts slots cached, their cached_at 0, as the very first push's may be).
+      if (r.state != rec_cached || r.cached_at != e.cached_at || r.sl) continue;
+      bin& x = sb.bins[r.bin];
+      for (std::uint32_t k = 0; k < x.count; ++k)
+        if (x.items[k] == e.rec) return take_at(sb, x, k);
+    }
+    return none;
   }
   // Block `r` leaves a bin of `sb`.
   static void uncount(stream_bins& sb, const block_rec& r) noexcept {

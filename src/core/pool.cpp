@@ -425,12 +425,36 @@ struct pool::impl {
     x.count = out;
   }
 
+  // Arena blocks make_room took out of a front cache, on their way back to the arena.
+  struct evicted_blocks {
+    static constexpr std::uint32_t most = 8;  // past this many, the freed block is not cached either
+    std::uintptr_t addr[most];
+    std::size_t bytes[most];
+    std::uint32_t n = 0;
+    bool full() const noexcept { return n == most; }
+    void add(std::uintptr_t a, std::size_t b) noexcept {
+      addr[n] = a;
+      bytes[n++] = b;
+    }
+  };
+
   // Caches freed block `i` (rec_cached) that front_cache::push refused (its bin full or the budget
-  // spent): first hands a batch back to the stream's slabs. False: not cached (the pool's lock
+  // spent): first hands a batch back to the stream's slabs, then, for an arena block, makes room
+  // by taking older arena blocks out into `ev` (make_room). False: not cached (the pool's lock
   // takes it).
-  [[gnu::noinline]] bool cache_freed(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i) {
-    if (!sb.shard) return false;
-    const detail::block_rec& r = fc.recs[i];
+  [[gnu::noinline]] bool cache_freed(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i,
+                                     evicted_blocks& ev) {
+    detail::block_rec& r = fc.recs[i];
+    if (sb.shard) {
+      trim_for(fc, sb, r);
+      if (fc.push(sb, r, i, cache_budget(fc, sb, &r))) return true;
+    }
+    return !r.sl && make_room(fc, sb, i, ev);
+  }
+
+  // cache_freed's first step, for block `r`: under the stream's shard lock, a full bin hands its
+  // older slots back, and past the budget every bin hands back half its slots.
+  void trim_for(detail::front_cache& fc, detail::stream_bins& sb, const detail::block_rec& r) {
     detail::bin& x = sb.bin_at(r.bin);
     {
       std::lock_guard g(sb.shard->m);
@@ -446,7 +470,7 @@ struct pool::impl {
         // turning its memory over — slots handed back now are ready by the time the pool would
         // otherwise grow (the example varlen trace on a lagging device, 1.427x live without these
         // sweeps, 1.179x with them; waiting before growth 1.034x and 1.008x). Growing first, an
-        // arena block over its budget goes to the pool's lock at once.
+        // arena block over its budget goes straight to make_room.
         if (sb.sweep_backoff) {
           --sb.sweep_backoff;
         } else {
@@ -455,12 +479,53 @@ struct pool::impl {
         }
       }
     }
-    return detail::front_cache::push(sb, r, i, cache_budget(fc, sb, &r));
+  }
+
+  // Arena block `i`, freed, found its bin full or the arena blocks' budget spent: the oldest block
+  // of its bin, or the oldest cached arena blocks of its stream, leave for the arena (into `ev`,
+  // given back once the front cache's lock is released: the pool's lock comes first in the lock
+  // order) until it fits. Without this the budget, once filled with shapes a job no longer asks
+  // for, refused every newer block: bert's trace (batch shapes at random) sent 97 % of its large
+  // frees, and so nearly as many large requests, to the pool's lock. A block larger than the
+  // budget it would have with the others gone (growing first, half the share of live; else
+  // front_cache_bytes) takes nothing out: it is more memory than the cache may hold for it.
+  bool make_room(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, evicted_blocks& ev) {
+    detail::block_rec& r = fc.recs[i];
+    const std::size_t most = large_budget ? grown_budget(fc, &r) : opts.front_cache_bytes;
+    if (r.block_bytes >= most) return false;
+    auto evict = [&](std::uint32_t j) {
+      const detail::block_rec& old = fc.recs[j];
+      ev.add(old.addr, old.block_bytes);
+      in_transit_bytes.fetch_add(old.block_bytes, std::memory_order_relaxed);
+      fc.forget(j);
+      ++fc.evictions;
+    };
+    detail::bin& x = sb.bin_at(r.bin);
+    if (x.count >= x.limit) {
+      if (fc.recs[x.items[0]].sl) return false;  // a class of slots: those go back to their slabs
+      evict(fc.take_at(sb, x, 0));
+    }
+    while (sb.held[1] >= cache_budget(fc, sb, &r) && !ev.full()) {
+      const std::uint32_t j = fc.take_oldest_arena_block(sb);
+      if (j == detail::front_cache::none) break;
+      evict(j);
+    }
+    return fc.push(sb, r, i, cache_budget(fc, sb, &r));
+  }
+
+  // Under m: blocks make_room took out of a front cache go back to the arena, freed on stream `s`.
+  void give_back_evicted(const evicted_blocks& ev, stream_ref s) {
+    for (std::uint32_t k = 0; k < ev.n; ++k) {
+      in_transit_bytes.fetch_sub(ev.bytes[k], std::memory_order_relaxed);
+      arena.deallocate(ev.addr[k], s);
+    }
   }
 
   [[gnu::noinline]] void* allocate_slow(const detail::live_entry& entry, std::size_t alignment, bool small, bool tried);
   [[gnu::noinline]] void deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
   [[gnu::noinline]] void give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
+  [[gnu::noinline]] void free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i,
+                                      std::uintptr_t a, stream_ref s);
 
   // Under m: gives back what caches hold that the arena could reuse, cheapest first, trying
   // `attempt` without growing after each step — empty slabs (no front cache touched), then the
@@ -848,18 +913,12 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
         p.account(fc, -static_cast<std::ptrdiff_t>(bytes));
         detail::stream_bins& sb = fc.bins_for(s);
         const std::size_t budget = p.cache_budget(fc, sb, &r);
-        if (detail::front_cache::push(sb, r, i, budget) || p.cache_freed(fc, sb, i)) [[likely]] {
+        if (fc.push(sb, r, i, budget)) [[likely]] {
           ++fc.fast_frees;
           fc.lock.owner_unlock();
           return;
         }
-        // Not cached: on its way back to the core, counted so a check in between still adds up.
-        r.state = detail::rec_live;
-        const detail::live_entry e = r.entry();
-        fc.forget(i);
-        if (!e.sl) p.in_transit_bytes.fetch_add(e.block_bytes, std::memory_order_relaxed);
-        fc.lock.owner_unlock();
-        p.give_back_slow(a, e, s);
+        p.free_refused(fc, sb, i, a, s);
         return;
       }
     }
@@ -869,6 +928,35 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
 }
 
 // For a block already out of every front cache's table: back to the slab cache or arena, under m.
+// The free's fast path found no room for block `i` (rec_cached) in its bin: cache_freed makes
+// some, or the block goes back to the core. Releases the front cache's lock, held by the caller.
+void pool::impl::free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, std::uintptr_t a,
+                              stream_ref s) {
+  evicted_blocks ev;
+  const bool cached = cache_freed(fc, sb, i, ev);
+  detail::live_entry e;
+  if (cached) {
+    ++fc.fast_frees;
+  } else {
+    // Not cached: on its way back to the core, counted so a check in between still adds up.
+    detail::block_rec& r = fc.recs[i];
+    r.state = detail::rec_live;
+    e = r.entry();
+    fc.forget(i);
+    if (!e.sl) in_transit_bytes.fetch_add(e.block_bytes, std::memory_order_relaxed);
+  }
+  fc.lock.owner_unlock();
+  if (cached && !ev.n) return;
+  std::lock_guard lock(m);
+  give_back_evicted(ev, s);
+  if (!cached) {
+    if (!e.sl) in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
+    give_back(a, e, s);
+    ++st.deallocations;
+  }
+  note_reserved();
+}
+
 void pool::impl::give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
   std::lock_guard lock(m);
   if (!e.sl) in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
@@ -902,8 +990,9 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
 
   detail::front_cache& fc = p.my_front();
   detail::live_entry e;
-  bool found = false, ok = false;
+  bool found = false, ok = false, cached = false;
   bool in_own_front = false;
+  evicted_blocks ev;
   {
     detail::front_guard flock(fc.lock, p.bins_enabled);
     if (detail::block_rec* r = fc.find_live(a)) {
@@ -917,11 +1006,13 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
           r->state = detail::rec_cached;
           detail::stream_bins& sb = fc.bins_for(s);
           const std::size_t budget = p.cache_budget(fc, sb, r);
-          if (detail::front_cache::push(sb, *r, i, budget) || p.cache_freed(fc, sb, i)) {
-            ++fc.fast_frees;
-            return;
-          }
+          cached = fc.push(sb, *r, i, budget) || p.cache_freed(fc, sb, i, ev);
         }
+      }
+      if (cached) {
+        ++fc.fast_frees;
+      } else if (ok) {
+        const auto i = static_cast<std::uint32_t>(r - fc.recs.data());
         fc.forget(i);
         // On its way back to the core: counted so a check in between still adds up.
         p.in_transit_bytes.fetch_add(e.sl ? 0 : e.block_bytes, std::memory_order_relaxed);
@@ -930,6 +1021,14 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
   }
   if (found && !ok) {
     report_misuse(bad);
+    return;
+  }
+  if (cached) {
+    if (ev.n) {
+      std::lock_guard lock(p.m);
+      p.give_back_evicted(ev, s);
+      p.note_reserved();
+    }
     return;
   }
   {
@@ -955,6 +1054,7 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
     }
     if (ok) {
       if (in_own_front) p.in_transit_bytes.fetch_sub(e.sl ? 0 : e.block_bytes, std::memory_order_relaxed);
+      p.give_back_evicted(ev, s);  // what cache_freed took out before it gave up on this block
       p.give_back(a, e, s);
       ++p.st.deallocations;
       p.note_reserved();
@@ -1007,11 +1107,12 @@ pool_stats pool::stats() const {
   all_fronts_locked held(p.fronts);
   s.live_bytes = p.sum_live();
   s.peak_live_bytes = std::max(p.shared_peak.load(std::memory_order_relaxed), s.live_bytes);
-  std::uint64_t hits = 0, fast_frees = 0, refills = 0;
+  std::uint64_t hits = 0, fast_frees = 0, refills = 0, evictions = 0;
   for (const auto& f : p.fronts) {
     if (p.fronts.size() == 1) s.peak_live_bytes = std::max(s.peak_live_bytes, f->peak_live);
     hits += f->hits;
     refills += f->refills;
+    evictions += f->evictions;
     fast_frees += f->fast_frees;
   }
   s.reserved_bytes = p.arena.reserved_bytes();
@@ -1019,6 +1120,7 @@ pool_stats pool::stats() const {
   s.largest_free_block_bytes = p.arena.largest_free_block();
   s.front_hits = hits;
   s.front_refills = refills;
+  s.front_evictions = evictions;
   s.allocations += s.front_hits;
   s.deallocations += fast_frees;
   s.upstream_calls = p.arena.upstream_calls();

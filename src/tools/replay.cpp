@@ -94,6 +94,7 @@ nlohmann::json to_json(const replay_result& r) {
     j["allocations"] = r.stats.allocations;
     j["front_hits"] = r.stats.front_hits;
     j["front_refills"] = r.stats.front_refills;  // of which from the stream's slabs (a shard lock)
+    j["front_evictions"] = r.stats.front_evictions;  // cached large blocks that made room for newer ones
     // --remap-time-budget: host time charged for moves, and the moves the budget turned down.
     j["remap_ms"] = double(r.stats.remap_ns) / 1e6;
     j["remaps_deferred"] = r.stats.remaps_deferred;
