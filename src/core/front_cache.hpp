@@ -31,6 +31,7 @@
 // decide when other streams may have it.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -71,7 +72,7 @@ struct block_rec {
   slab* sl = nullptr;           // the slot's slab; nullptr: an arena block
   union {
     std::size_t bytes = 0;    // live: as requested
-    std::uint64_t cached_at;  // cached: its front cache's fast_frees when it came in (its age, for eviction)
+    std::uint64_t cached_at;  // cached arena block: its front cache's fast_frees when it came in (its age)
   };
   stream_ref stream = 0;        // live: the allocating stream
   std::uint32_t slot = 0;       // the slot's index in `sl`
@@ -120,36 +121,6 @@ struct bin {
   std::uint32_t limit = 0;  // 0: not set up yet
 };
 
-// An arena block as it was cached: its record, and when (block_rec::cached_at).
-struct arena_order_entry {
-  std::uint32_t rec;
-  std::uint64_t cached_at;
-};
-
-// The arena blocks a stream's bins took in, oldest first, for front_cache::take_oldest_arena_block.
-// Entries are not removed when their block leaves a bin (a hit takes it from the middle): an entry
-// whose record is no longer cached, or was cached again later, is stale, and skipped when it comes
-// up. A fixed ring: when it is full the oldest entry goes, and its block, if still cached, leaves
-// through a full bin or a flush instead.
-class arena_order_ring {
- public:
-  [[gnu::noinline]] void push(const arena_order_entry& e) {  // off the free's inlined path
-    if (!ring_) ring_ = std::make_unique<arena_order_entry[]>(capacity);
-    if (tail_ - head_ == capacity) ++head_;
-    ring_[tail_++ % capacity] = e;
-  }
-  bool pop_oldest(arena_order_entry& e) noexcept {
-    if (head_ == tail_) return false;
-    e = ring_[head_++ % capacity];
-    return true;
-  }
-
- private:
-  static constexpr std::uint32_t capacity = 1024;
-  std::unique_ptr<arena_order_entry[]> ring_;
-  std::uint32_t head_ = 0, tail_ = 0;  // counts pushed and popped: tail_ - head_ entries wait
-};
-
 // Bins of one stream in one front cache.
 struct stream_bins {
   stream_ref stream = 0;
@@ -165,7 +136,6 @@ struct stream_bins {
   std::size_t cached_bytes() const noexcept { return held[0] + held[1]; }
   slab_shard* shard = nullptr;  // the stream's slab shard, once the pool has looked it up
   std::array<bin, bin_count> bins{};  // by bin_of (small and large share the index); set up when first used
-  arena_order_ring arena_order;     // its cached arena blocks, oldest first
   std::uint32_t sweep_backoff = 0;  // over-budget frees left before the next sweep of all bins
   bool grow_first = false;          // the pool's grow_before_reclaim: see bin_limit_for
 
@@ -219,11 +189,13 @@ class alignas(64) front_cache {
       recs.push_back(r);
     }
     index.insert(r.addr, i);
+    if (!r.sl) note_arena_block(r.bin, +1);
     return i;
   }
   // A block leaves the front cache.
   void forget(std::uint32_t i) noexcept {
     index.erase(recs[i].addr);
+    if (!recs[i].sl) note_arena_block(recs[i].bin, -1);
     recs[i].state = rec_unused;
     spare_recs.push_back(i);
   }
@@ -298,28 +270,28 @@ class alignas(64) front_cache {
     if (x.count >= x.limit) return false;
     x.items[x.count++] = i;
     held += r.block_bytes;
-    r.cached_at = fast_frees;
-    if (!r.sl) [[unlikely]]
-      sb.arena_order.push({i, r.cached_at});
+    if (!r.sl) r.cached_at = fast_frees;  // only arena blocks are evicted (make_room): slots go to their slabs
     return true;
   }
 
-  // Takes the oldest cached arena block of `sb` out of its bin; none if none. Making room for a
-  // newer one: the blocks a job frees now are the shapes it asks for next, while one cached long
-  // ago is a shape it has moved on from (bert's trace, batch shapes at random: blocks of past
-  // batches filled the budget and refused 97 % of the large frees growing first, which all went
-  // to the pool's lock).
+  // Takes the oldest cached arena block of `sb` out of its bin (the oldest of the bins' bottom
+  // blocks: a bin keeps its newest last); none if none. Making room for a newer one: the blocks a
+  // job frees now are the shapes it asks for next, while one cached long ago is a shape it has
+  // moved on from (bert's trace, batch shapes at random: blocks of past batches filled the budget
+  // and refused 97 % of the large frees growing first, which all went to the pool's lock). Looks
+  // only at the bins that hold an arena block of this front cache (arena_bins_), and at the bottom
+  // of each: the free's common path keeps no order beyond the stamp (an ordered list of cached
+  // blocks, pushed on every free, cost the 16 MiB alloc+free pair 19-35 instructions of ~241).
   std::uint32_t take_oldest_arena_block(stream_bins& sb) noexcept {
-    for (arena_order_entry e; sb.arena_order.pop_oldest(e);) {
-      const block_rec& r = recs[e.rec];
-      // Stale: the block left, or was cached again since, or the record now holds a slot (fill_bin
-      // adopts slots cached, their cached_at 0, as the very first push's may be).
-      if (r.state != rec_cached || r.cached_at != e.cached_at || r.sl) continue;
-      bin& x = sb.bins[r.bin];
-      for (std::uint32_t k = 0; k < x.count; ++k)
-        if (x.items[k] == e.rec) return take_at(sb, x, k);
+    bin* oldest = nullptr;
+    for (std::size_t w = 0; w < arena_bins_.size(); ++w) {
+      for (std::uint64_t bits = arena_bins_[w]; bits; bits &= bits - 1) {
+        bin& x = sb.bins[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))];
+        if (!x.count || recs[x.items[0]].sl) continue;
+        if (!oldest || recs[x.items[0]].cached_at < recs[oldest->items[0]].cached_at) oldest = &x;
+      }
     }
-    return none;
+    return oldest ? take_at(sb, *oldest, 0) : none;
   }
   // Block `r` leaves a bin of `sb`.
   static void uncount(stream_bins& sb, const block_rec& r) noexcept {
@@ -347,6 +319,18 @@ class alignas(64) front_cache {
     sb.stream = s;
     sb.grow_first = grow_first_;
     return *(last_ = &sb);  // a new element may have moved the others: renew last_
+  }
+  // Arena blocks this front cache holds (live or cached) by bin, and which bins hold any: a block
+  // keeps its bin from the moment the pool hands it out until it leaves (adopt, forget).
+  std::array<std::uint32_t, bin_count> arena_blocks_in_bin_{};
+  std::array<std::uint64_t, (bin_count + 63) / 64> arena_bins_{};
+  void note_arena_block(std::size_t b, int change) noexcept {
+    arena_blocks_in_bin_[b] += static_cast<std::uint32_t>(change);
+    const std::uint64_t bit = std::uint64_t{1} << (b % 64);
+    if (arena_blocks_in_bin_[b])
+      arena_bins_[b / 64] |= bit;
+    else
+      arena_bins_[b / 64] &= ~bit;
   }
   stream_bins* last_ = nullptr;  // the stream of the latest call, most likely the next one's
   bool grow_first_;              // the pool's grow_before_reclaim, for its streams' bins

@@ -189,10 +189,12 @@ TEST(FrontEvictionGrowFirst, AFullBinGivesUpItsOldest) {
 
 namespace {
 
-// The list of cached arena blocks keeps an entry after its block leaves: a record reused for a
-// slot must not be taken for that block. fill_bin adopts slots as cached with cached_at 0, the
-// same stamp as the front cache's very first free; the thread stress test once evicted such a
-// slot into the arena, and its slab never emptied again.
+// Only arena blocks are evicted. A record that held an arena block (stamped with when it was
+// cached) and now holds a slot cached beside the arena blocks must not be taken for one: an
+// earlier version of make_room kept a list of cached arena blocks, took such a slot for its old
+// entry (a slot's stamp is whatever its bytes were, 0 for a slot fill_bin adopts, as for the front
+// cache's very first free), and gave it to the arena; the thread stress test caught it, a slab
+// that never emptied again.
 TEST(FrontEvictionRecords, ARecordReusedForASlotIsNotEvicted) {
   pool_options po;
   po.front_cache_bytes = 4 * MiB;
