@@ -93,6 +93,8 @@ struct pool_options {
   // flushed before the pool grows, so caching never adds reserved memory. With
   // grow_before_reclaim they are flushed only when growing fails, so what they keep adds to
   // reserved: there large blocks get front_cache_grow_fraction of live instead where that is more.
+  // A large block freed when its budget is spent makes room: the oldest cached large blocks go
+  // back to the pool (pool_stats::front_evictions), unless it alone is more than the budget.
   std::size_t front_cache_bytes = std::size_t{32} << 20;
   // Freed memory is zeroed before another user can get it (multi-tenant services). Needs an
   // upstream that can fill memory; a no-op on the simulator, which has none.

@@ -9,8 +9,11 @@
 // block, 256 B steps) takes only a block of exactly its size by default. Growing first
 // (pool_options::grow_before_reclaim) it also takes a larger block of its class or of the next two
 // (pop_fit): large sizes seldom repeat exactly, and that policy would rather hand out a block a
-// little too large than take the pool's lock for the arena's best fit. Every block the front cache
-// holds, live or cached, has one record (block_rec) for its whole stay, found by address in
+// little too large than take the pool's lock for the arena's best fit. A freed arena block that
+// finds its bin full or the arena blocks' budget spent makes room: the oldest cached arena blocks
+// go back to the arena (pool.cpp, make_room), since the shapes a job frees now are those it asks
+// for next. Every block the front cache holds, live or cached, has one record (block_rec) for its
+// whole stay, found by address in
 // `index`: the common allocate pops a record from a bin and marks it live, the common free finds
 // it, checks it and pushes it back; the index changes only when a block enters or leaves the front
 // cache.
@@ -26,9 +29,9 @@
 // freed on another stream reaches its slab only after the stream clock says so), and a trimmed
 // slot goes back only to a slab its bin's stream owns, as a free on that stream; any other block
 // leaves a bin only through the pool's lock. A block never leaves a bin for another stream: when
-// the pool flushes a front cache (pressure, trim, its thread's end), each block goes back to the
-// slab cache or arena as freed on its bin's stream, and from there the stream clock's events
-// decide when other streams may have it.
+// the pool flushes a front cache (pressure, trim, its thread's end), or a newer block needs an
+// arena block's room, each block goes back to the slab cache or arena as freed on its bin's
+// stream, and from there the stream clock's events decide when other streams may have it.
 #include <algorithm>
 #include <array>
 #include <bit>
