@@ -64,6 +64,17 @@ std::uint64_t cache_old_shapes(sim_pool_rig& r, stream_ref s) {
   return r.p->stats().front_evictions;
 }
 
+// Asks for every size in `sizes` at once on stream 0, then frees them all: how many of those
+// requests the front cache served.
+std::uint64_t hits_serving(sim_pool_rig& r, const std::vector<std::size_t>& sizes) {
+  const std::uint64_t before = r.p->stats().front_hits;
+  std::vector<void*> held;
+  for (std::size_t n : sizes) held.push_back(r.allocate(n, default_alignment, 0));
+  const std::uint64_t hits = r.p->stats().front_hits - before;
+  for (void* p : held) r.deallocate(p, 0);
+  return hits;
+}
+
 TEST_P(FrontEviction, ANewShapeDisplacesTheOldOnes) {
   auto r = rig();
   cache_old_shapes(*r, 0);
@@ -84,14 +95,8 @@ TEST_P(FrontEviction, TheOldestGoesFirst) {
   // only that.
   r->deallocate(r->allocate(1280 * KiB, default_alignment, 0), 0);
   EXPECT_EQ(r->p->stats().front_evictions - evictions, 1u);
-  // The three newer shapes are still cached; the oldest is not.
-  const pool_stats before = r->p->stats();
-  std::vector<void*> held;
-  for (std::size_t k = 1; k < 4; ++k) held.push_back(r->allocate(old_shapes[k], default_alignment, 0));
-  EXPECT_EQ(r->p->stats().front_hits - before.front_hits, 3u);
-  held.push_back(r->allocate(old_shapes[0], default_alignment, 0));
-  EXPECT_EQ(r->p->stats().front_hits - before.front_hits, 3u) << "the oldest shape went back to the arena";
-  for (void* p : held) r->deallocate(p, 0);
+  EXPECT_EQ(hits_serving(*r, {old_shapes[1], old_shapes[2], old_shapes[3]}), 3u) << "the newer shapes stay";
+  EXPECT_EQ(hits_serving(*r, {old_shapes[0]}), 0u) << "the oldest shape went back to the arena";
   check(*r);
   r->free_all_and_trim();
 }
@@ -101,11 +106,7 @@ TEST_P(FrontEviction, ABlockLargerThanTheBudgetTakesNoRoom) {
   const std::uint64_t evictions = cache_old_shapes(*r, 0);
   r->deallocate(r->allocate(12 * MiB, default_alignment, 0), 0);
   EXPECT_EQ(r->p->stats().front_evictions, evictions) << "12 MiB is more than the 8 MiB the cache may hold";
-  const pool_stats before = r->p->stats();
-  std::vector<void*> held;
-  for (std::size_t n : old_shapes) held.push_back(r->allocate(n, default_alignment, 0));
-  EXPECT_EQ(r->p->stats().front_hits - before.front_hits, 4u) << "every old shape is still cached";
-  for (void* p : held) r->deallocate(p, 0);
+  EXPECT_EQ(hits_serving(*r, {std::begin(old_shapes), std::end(old_shapes)}), 4u) << "every old shape is still cached";
   check(*r);
   r->free_all_and_trim();
 }
