@@ -927,7 +927,6 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   p.deallocate_slow(ptr, bytes, alignment, s);
 }
 
-// For a block already out of every front cache's table: back to the slab cache or arena, under m.
 // The free's fast path found no room for block `i` (rec_cached) in its bin: cache_freed makes
 // some, or the block goes back to the core. Releases the front cache's lock, held by the caller.
 void pool::impl::free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, std::uintptr_t a,
@@ -957,6 +956,7 @@ void pool::impl::free_refused(detail::front_cache& fc, detail::stream_bins& sb, 
   note_reserved();
 }
 
+// For a block already out of every front cache's table: back to the slab cache or arena, under m.
 void pool::impl::give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
   std::lock_guard lock(m);
   if (!e.sl) in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
