@@ -523,7 +523,6 @@ struct pool::impl {
 
   [[gnu::noinline]] void* allocate_slow(const detail::live_entry& entry, std::size_t alignment, bool small, bool tried);
   [[gnu::noinline]] void deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
-  [[gnu::noinline]] void give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
   [[gnu::noinline]] void free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i,
                                       std::uintptr_t a, stream_ref s);
 
@@ -953,15 +952,6 @@ void pool::impl::free_refused(detail::front_cache& fc, detail::stream_bins& sb, 
     give_back(a, e, s);
     ++st.deallocations;
   }
-  note_reserved();
-}
-
-// For a block already out of every front cache's table: back to the slab cache or arena, under m.
-void pool::impl::give_back_slow(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
-  std::lock_guard lock(m);
-  if (!e.sl) in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
-  give_back(a, e, s);
-  ++st.deallocations;
   note_reserved();
 }
 
