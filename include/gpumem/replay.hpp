@@ -30,6 +30,11 @@ struct replay_options {
   // last one; a soak's passes follow each other; a time earlier than the last by over 12 h is
   // taken as the next day.
   bool trace_clock = false;
+  // Each row is issued on a thread of its own for each thread the trace names, in trace order,
+  // one row at a time: a pool keeps a front cache per thread, so a job whose requests come from
+  // several threads (PyTorch's backward pass runs on one of its own) caches differently replayed
+  // on one. For memory figures: the time per op is then mostly the threads' handovers.
+  bool recorded_threads = false;
   std::size_t timeline_points = 0;  // > 0: keep about this many (downsampled) points of the timeline
   bool segment_map_at_peak = false; // keep the pool's block map at the moment of peak reserved
   // Replays the trace this many times back to back on the same resource (a soak).

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "core/lockstep_threads.hpp"
 #include "core/replay_integrity.hpp"
 #include "gpumem/sim_device.hpp"
 
@@ -253,11 +254,25 @@ replay_result replay(const trace& t, const replay_options& given) {
     live_bytes -= b.bytes;
     b = {};
   };
+  // recorded_threads: a worker thread per thread of the trace, each issuing that thread's rows, in
+  // trace order (lockstep_threads.hpp). Worker threads live across passes, as a job's threads do.
+  std::optional<detail::lockstep_threads> lockstep;
+  if (opts.recorded_threads) {
+    std::unordered_map<std::uint64_t, std::uint32_t> worker_of_thread;
+    std::vector<std::uint32_t> worker_of(total);
+    for (std::uint64_t i = 0; i < total; ++i) {
+      const auto [it, fresh] = worker_of_thread.try_emplace(t.records[i].thread,
+                                                              static_cast<std::uint32_t>(worker_of_thread.size()));
+      worker_of[i] = it->second;
+    }
+    if (worker_of_thread.size() > 1)
+      lockstep.emplace(std::move(worker_of), static_cast<std::uint32_t>(worker_of_thread.size()));
+  }
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t pass = 0; pass < passes; ++pass) {
   if (pass == 1) r.reserved_after_first_pass_bytes = tgt->peak_reserved();
   if (pass > 0) job_time.next_pass();
-  for (std::uint64_t i = 0; i < total; ++i) {
+  auto step = [&](std::uint64_t i) {
     const trace_record& rec = t.records[i];
     if (opts.trace_clock) job_time.at(rec.time_us);
     switch (rec.action) {
@@ -292,7 +307,11 @@ replay_result replay(const trace& t, const replay_options& given) {
       }
     }
     if (opts.progress && (i & 0xffff) == 0) opts.progress(pass * total + i, passes * total);
-  }
+  };
+  if (lockstep)
+    lockstep->run(step);
+  else
+    for (std::uint64_t i = 0; i < total; ++i) step(i);
   const bool last = pass + 1 == passes;
   const pool_stats so_far = tgt->stats();
   soak_pass log_entry{pass, tgt->reserved(), tgt->peak_reserved(), 0, so_far.maps + so_far.unmaps,

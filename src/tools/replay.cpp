@@ -28,6 +28,7 @@ struct replay_args {
   std::string verify_every;  // --verify-every: a count; empty: no integrity checks
   std::size_t device_lag = 0;  // --device-lag
   bool trace_clock = false;    // --trace-clock
+  bool recorded_threads = false;  // --recorded-threads
   pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
@@ -150,6 +151,7 @@ int run(const replay_args& a) {
   base.pool = a.pool;
   base.device_lag_ops = a.device_lag;
   base.trace_clock = a.trace_clock;
+  base.recorded_threads = a.recorded_threads;
   if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
   if (!a.verify_every.empty()) {
     base.check_integrity = true;
@@ -223,6 +225,10 @@ const registrar reg{command{
       sub.add_flag("--trace-clock", args->trace_clock,
                    "pool resources with --remap-time-budget: the budget runs on the trace's timestamps (the "
                    "recorded job's time, its GPU work included) instead of the replay's own");
+      sub.add_flag("--recorded-threads", args->recorded_threads,
+                   "issue each row on a thread of its own for each thread the trace names, in trace order (a "
+                   "pool keeps a front cache per thread; PyTorch's backward runs on a thread of its own): for "
+                   "memory figures, the time per op is then mostly the threads' handovers");
       add_pool_tuning_options(sub, args->pool, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
