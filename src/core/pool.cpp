@@ -560,41 +560,6 @@ struct pool::impl {
     }
   }
 
-  // Under m, growing first, when a large request would grow the pool and there are several front
-  // caches: every front cache's cached arena blocks go back to the arena, each as freed on its
-  // bin's stream (slots stay). Each thread's cache keeps its own recent blocks, and a request on
-  // one thread cannot take another's: PyTorch's ResNet-50 training, whose backward pass runs on a
-  // thread of its own, grew to 1.182x peak live this way on the H200 (session 13's build: 1.088);
-  // `gpumem replay --recorded-threads` on its trace, 1.1823 -> 1.0836 with this. Only a large
-  // request that would otherwise grow pays for the fence; small ones and one thread never do.
-  // True if any block went back.
-  bool give_back_cached_large() {
-    all_fronts_locked held(fronts);
-    bool any = false;
-    for (auto& f : fronts) {
-      for (auto& sb : f->streams) {
-        if (!sb.held[1]) continue;
-        for (auto& x : sb.bins) {
-          std::uint32_t out = 0;
-          for (std::uint32_t k = 0; k < x.count; ++k) {
-            const std::uint32_t i = x.items[k];
-            const detail::block_rec& r = f->recs[i];
-            if (r.sl) {
-              x.items[out++] = i;
-              continue;
-            }
-            detail::front_cache::uncount(sb, r);
-            arena.deallocate(r.addr, sb.stream);
-            f->forget(i);
-            any = true;
-          }
-          x.count = out;
-        }
-      }
-    }
-    return any;
-  }
-
   // Under m: the smallest arena block of the lowest class where front cache `f` keeps one for
   // stream `s` that holds `size` bytes goes back to the arena, as freed on `s`. False if none.
   bool give_back_fitting(detail::front_cache& f, stream_ref s, std::size_t size) {
@@ -676,7 +641,6 @@ struct pool::impl {
       // Before new memory: a large enough block the caller's front cache keeps for this stream,
       // from which the arena carves the request (the rest stays free for any size).
       if (!small && own && give_back_fitting(*own, s, size)) a = attempt(false);
-      if (!a && !small && fronts.size() > 1 && give_back_cached_large()) a = attempt(false);
       if (!a) a = attempt(true);
     }
     if (!a) a = reclaim(own, attempt);

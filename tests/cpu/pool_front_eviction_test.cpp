@@ -7,10 +7,7 @@
 // bin's stream: the stream clock, not the front cache, says when another stream may have them.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "support/pool_model.hpp"
@@ -219,50 +216,6 @@ TEST(FrontEvictionRecords, ARecordReusedForASlotIsNotEvicted) {
   r.deallocate(small, 0);
   r.free_all_and_trim();
   EXPECT_EQ(r.dev->used_bytes(), 0u);
-}
-
-}  // namespace
-
-namespace {
-
-// Growing first, a large request that would grow the pool first takes back the large blocks every
-// thread's front cache keeps: a thread cannot take another's cached blocks, and a job whose
-// threads free and ask for large blocks in turn (PyTorch's backward pass has a thread of its own)
-// otherwise grows beside them.
-TEST(FrontEvictionThreads, ALargeRequestTakesBackOtherThreadsCachedBlocksBeforeGrowing) {
-  pool_options po;
-  po.grow_before_reclaim = true;
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
-  r.deallocate(r.allocate(4 * KiB, default_alignment, 0), 0);  // this thread's front cache
-  std::mutex m;
-  std::condition_variable cv;
-  bool cached = false, done = false;
-  std::thread other([&] {
-    // Four 8 MiB blocks, side by side, cached by this thread when freed.
-    std::vector<void*> held;
-    for (int i = 0; i < 4; ++i) held.push_back(r.allocate(8 * MiB, default_alignment, 0));
-    for (void* p : held) r.deallocate(p, 0);
-    std::unique_lock lock(m);
-    cached = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return done; });  // stays alive: its front cache keeps the blocks
-  });
-  {
-    std::unique_lock lock(m);
-    cv.wait(lock, [&] { return cached; });
-  }
-  const std::size_t reserved = r.p->stats().reserved_bytes;
-  void* big = r.allocate(24 * MiB, default_alignment, 0);
-  EXPECT_EQ(r.p->stats().reserved_bytes, reserved) << "the other thread's cached blocks should serve it";
-  r.model->check_full();
-  r.deallocate(big, 0);
-  {
-    std::lock_guard lock(m);
-    done = true;
-  }
-  cv.notify_all();
-  other.join();
-  r.free_all_and_trim();
 }
 
 }  // namespace
