@@ -1,9 +1,11 @@
 #include "core/lockstep_threads.hpp"
 
+#include <algorithm>
+
 namespace gpumem::detail {
 
-lockstep_threads::lockstep_threads(std::vector<std::uint32_t> worker_of, std::uint32_t workers)
-    : worker_of_(std::move(worker_of)) {
+lockstep_threads::lockstep_threads(std::vector<std::uint32_t> worker_of) : worker_of_(std::move(worker_of)) {
+  const std::uint32_t workers = worker_of_.empty() ? 0 : *std::max_element(worker_of_.begin(), worker_of_.end()) + 1;
   threads_.reserve(workers);
   for (std::uint32_t w = 0; w < workers; ++w) threads_.emplace_back([this, w] { work(w); });
 }

@@ -20,8 +20,8 @@ namespace gpumem::detail {
 
 class lockstep_threads {
  public:
-  // `worker_of[i]`: the worker that runs step i (0 .. workers-1).
-  lockstep_threads(std::vector<std::uint32_t> worker_of, std::uint32_t workers);
+  // `worker_of[i]`: the worker that runs step i; workers 0 .. the largest named are started.
+  explicit lockstep_threads(std::vector<std::uint32_t> worker_of);
   ~lockstep_threads();
   lockstep_threads(const lockstep_threads&) = delete;
   lockstep_threads& operator=(const lockstep_threads&) = delete;

@@ -265,8 +265,7 @@ replay_result replay(const trace& t, const replay_options& given) {
                                                               static_cast<std::uint32_t>(worker_of_thread.size()));
       worker_of[i] = it->second;
     }
-    if (worker_of_thread.size() > 1)
-      lockstep.emplace(std::move(worker_of), static_cast<std::uint32_t>(worker_of_thread.size()));
+    if (worker_of_thread.size() > 1) lockstep.emplace(std::move(worker_of));
   }
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t pass = 0; pass < passes; ++pass) {

@@ -17,7 +17,7 @@ using gpumem::detail::lockstep_threads;
 
 TEST(LockstepThreads, EachStepRunsInOrderOnItsWorker) {
   const std::vector<std::uint32_t> worker_of = {0, 1, 1, 2, 0, 2, 2, 1, 0};
-  lockstep_threads runner(worker_of, 3);
+  lockstep_threads runner(worker_of);
   for (int run = 0; run < 2; ++run) {  // a second run, as a replay's second pass
     std::vector<std::size_t> order;
     std::vector<std::thread::id> thread_of;
@@ -36,7 +36,7 @@ TEST(LockstepThreads, EachStepRunsInOrderOnItsWorker) {
 }
 
 TEST(LockstepThreads, AStepsExceptionStopsTheRunAndReachesTheCaller) {
-  lockstep_threads runner({0, 1, 0, 1}, 2);
+  lockstep_threads runner({0, 1, 0, 1});
   std::vector<std::size_t> ran;
   EXPECT_THROW(runner.run([&](std::size_t i) {
                  ran.push_back(i);
