@@ -199,6 +199,7 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std
     }
     else if (key == "front_cache_grow_fraction") err = fraction(next.pool.front_cache_grow_fraction);
     else if (key == "front_cache_peak_fraction") err = fraction(next.pool.front_cache_peak_fraction);
+    else if (key == "front_cache_reserve_headroom") err = fraction(next.pool.front_cache_reserve_headroom);
     else if (key == "reclaim_own_first") err = flag(next.pool.reclaim_own_first);
     else if (key == "wait_before_grow") err = flag(next.pool.wait_before_grow);
     else if (key == "stream_ordered_moves") err = flag(next.pool.stream_ordered_moves);
@@ -395,7 +396,7 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
 // release_threshold_bytes, max_reserved_bytes, small_max_bytes, min_segment_bytes,
 // address_range_bytes, front_cache_bytes, max_handle_bytes (sizes: bytes, K/M/G/T suffix, or "max"), front_cache,
 // zero_on_free (0/1), grow_before_reclaim (0/1), front_cache_grow_fraction (>= 0),
-// front_cache_peak_fraction (>= 0), reclaim_own_first (0/1), wait_before_grow (0/1),
+// front_cache_peak_fraction (>= 0), front_cache_reserve_headroom (>= 0), reclaim_own_first (0/1), wait_before_grow (0/1),
 // remap_time_budget (a fraction of wall time, 0 to 1), idle_budget (a fraction >= 0; 0.05 here by
 // default, see default_options), reserve_ceiling (0: none, else a multiple of peak live >= 1),
 // upstream (vmm|device|async), trace (a file path: every request recorded, see the top of this

@@ -111,6 +111,19 @@ struct pool_options {
   // 0.25 (bert / llama / resnet; llama's figure moves by ±0.03 with any change of placement). 0:
   // front_cache_bytes alone.
   double front_cache_grow_fraction = 0.25;
+  // With grow_before_reclaim: while the pool's reserved memory is within this fraction over its
+  // peak live bytes, a thread's front cache may keep large blocks up to what it freed since its own
+  // peak (its peak live bytes less its live bytes now, where that is more than the share above).
+  // A training step frees its activations in the backward pass just when live bytes fall, and asks
+  // for the same shapes in the next forward pass; a budget that follows live bytes sent half of
+  // resnet's large requests to the pool's lock (a miss through the arena costs ~2,400
+  // instructions, a block it evicts ~1,300). Blocks cached this way are memory the pool already
+  // holds, but they cannot coalesce in the arena, so they may make it grow: this fraction is the
+  // most reserved memory the pool spends on that, since once reserved passes it the budget falls
+  // back to the share of live. Measured on the simulator (bench/RESULTS.md, session 15): resnet's
+  // warm replay ... at peak reserved / peak live 1.0415 -> 1.064; bert (1.49) and llama (1.45),
+  // past the headroom by growing first alone, unchanged. 0: off.
+  double front_cache_reserve_headroom = 0.1;
   // Default policy: large blocks (over small_max_bytes) one thread's front cache may keep for one
   // stream, as a fraction of that thread's peak live bytes (front_cache_bytes if that is more). The
   // default policy flushes the front caches before it grows, so what they keep never adds reserved

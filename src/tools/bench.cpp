@@ -55,6 +55,8 @@ std::string changed_pool_options(const pool_options& o) {
     add(fmt::format("remap_cost_ns_per_granule={}", o.remap_cost_ns_per_granule));
   if (o.front_cache_grow_fraction != d.front_cache_grow_fraction)
     add(fmt::format("front_cache_grow_fraction={}", o.front_cache_grow_fraction));
+  if (o.front_cache_reserve_headroom != d.front_cache_reserve_headroom)
+    add(fmt::format("front_cache_reserve_headroom={}", o.front_cache_reserve_headroom));
   return out;
 }
 

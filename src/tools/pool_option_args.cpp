@@ -46,6 +46,14 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::grow_before_reclaim, grow before emptying the front caches and giving back "
                    "empty slabs (faster, most of all with many threads; costs memory)");
+  app.add_option("--front-cache-reserve-headroom", opts.front_cache_reserve_headroom,
+                 std::string(what) +
+                     ": pool_options::front_cache_reserve_headroom, growing first: while reserved is within this "
+                     "fraction over peak live, a thread's front cache may keep the large blocks it freed since its "
+                     "peak (0: off)")
+      ->check(CLI::Number)
+      ->check(CLI::Range(0.0, 1e3))
+      ->capture_default_str();
   app.add_option("--front-cache-peak-fraction", opts.front_cache_peak_fraction,
                  std::string(what) +
                      ": pool_options::front_cache_peak_fraction, large blocks a thread's front cache may keep, as a "

@@ -27,11 +27,13 @@ struct policy {
 class FrontEviction : public ::testing::TestWithParam<policy> {
  protected:
   // Large blocks may fill 8 MiB of each front cache (growing first too: live bytes stay small
-  // here, so a quarter of them is less).
+  // here, so a quarter of them is less; and the reserve headroom is off, which would let it keep
+  // everything freed since the peak: pool_reserve_headroom_test.cpp).
   pool_options options() const {
     pool_options po;
     po.grow_before_reclaim = GetParam().grow_first;
     po.front_cache_bytes = 8 * MiB;
+    po.front_cache_reserve_headroom = 0;
     return po;
   }
   std::unique_ptr<sim_pool_rig> rig(bool auto_complete = true) const {
@@ -200,6 +202,7 @@ TEST(FrontEvictionRecords, ARecordReusedForASlotIsNotEvicted) {
   pool_options po;
   po.front_cache_bytes = 4 * MiB;
   po.grow_before_reclaim = true;  // the large requests below grow, not empty the front cache first
+  po.front_cache_reserve_headroom = 0;  // the 4 MiB budget binds (else what was freed since the peak may stay)
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   void* x = r.allocate(2 * MiB + 256, default_alignment, 0);
   void* y = r.allocate(3 * MiB + 256, default_alignment, 0);
