@@ -122,6 +122,15 @@ struct bin {
   std::unique_ptr<std::uint32_t[]> items;
   std::uint32_t count = 0;
   std::uint32_t limit = 0;  // 0: not set up yet
+
+  // Raises the limit to `most` (if that is more), keeping the blocks and their order.
+  void widen(std::uint32_t most) {
+    if (most <= limit) return;
+    auto wider = std::make_unique<std::uint32_t[]>(most);
+    std::copy(items.get(), items.get() + count, wider.get());
+    items = std::move(wider);
+    limit = most;
+  }
 };
 
 // Bins of one stream in one front cache.

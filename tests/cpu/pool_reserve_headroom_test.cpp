@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/front_cache.hpp"
 #include "support/pool_model.hpp"
 
 namespace {
@@ -90,6 +91,34 @@ TEST(ReserveHeadroom, PastTheHeadroomTheShareOfLiveRules) {
   EXPECT_LE(run_step(*r), 2u) << "past the headroom the front cache keeps no more than without it";
   check(*r);
   r->free_all_and_trim();
+}
+
+// Eight blocks of one 24 MiB shape a step; growing first its bin keeps 3 (bin_limit_for).
+std::uint64_t hits_on_one_shape(double headroom) {
+  pool_options po;
+  po.grow_before_reclaim = true;
+  po.front_cache_bytes = std::size_t{1} << 30;  // the budget is no limit here: the bin is
+  po.front_cache_reserve_headroom = headroom;
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{2} << 30, .auto_complete = true}, po);
+  auto step = [&] {
+    const std::uint64_t before = r.p->stats().front_hits;
+    std::vector<void*> held;
+    for (int k = 0; k < 8; ++k) held.push_back(r.allocate(24 * MiB + 256, default_alignment, 0));
+    const std::uint64_t hits = r.p->stats().front_hits - before;
+    for (void* p : held) r.deallocate(p, 0);
+    return hits;
+  };
+  step();
+  const std::uint64_t hits = step();
+  r.model->check_full();
+  r.free_all_and_trim();
+  return hits;
+}
+
+TEST(ReserveHeadroom, AFullBinWidensOnce) {
+  ASSERT_EQ(detail::bin_limit_for(24 * MiB + 256, true), 3u);
+  EXPECT_EQ(hits_on_one_shape(0.0), 3u) << "without the headroom the bin keeps its limit";
+  EXPECT_EQ(hits_on_one_shape(0.1), 6u) << "within it, twice the limit, and no more";
 }
 
 TEST(ReserveHeadroom, TheDefaultPolicyIsUnchanged) {
