@@ -377,11 +377,11 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
   const bool foreign = foreign_owned(s);
   std::size_t seen = 0, looked = 0;
   for (auto c = runs_.lower_bound({size, 0}); c != runs_.end() && seen < runs && cost; ++c) {
-    const std::uintptr_t hi = c->second + c->first;
-    auto first = blocks_.find(c->second);
+    const std::uintptr_t hi = c->start + c->size;
+    auto first = blocks_.find(c->start);
     bool fits = false;
     if (foreign) {
-      std::uintptr_t lo = c->second;
+      std::uintptr_t lo = c->start;
       std::size_t walked = 0;
       for (auto b = first; b != blocks_.end() && b->first < hi; ++b) {
         if (++walked > 64 && !all) {  // a long run: its first stretches are enough
@@ -397,7 +397,7 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
       }
       if (lo < hi) fits |= consider(lo, hi, first);
     } else {
-      fits = consider(c->second, hi, first);
+      fits = consider(c->start, hi, first);
     }
     if (fits) ++seen;
     if (++looked >= 64 && !all && seen) break;  // alignment kept failing: enough
@@ -442,9 +442,16 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
 // place in run_at_, one whose start moves (in the same order) carries its node there, and its
 // runs_ entry moves its node too — no node freed and taken again.
 void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size) {
-  auto by_size = runs_.extract({r->second, r->first});
-  by_size.value() = {size, start};
-  runs_.insert(std::move(by_size));
+  const auto at = runs_.find({r->second, r->first});
+  const run_by_size now{size, start};
+  if ((at == runs_.begin() || *std::prev(at) < now) && (std::next(at) == runs_.end() || now < *std::next(at))) {
+    at->size = size;
+    at->start = start;
+  } else {
+    auto by_size = runs_.extract(at);
+    by_size.value() = now;
+    runs_.insert(std::move(by_size));
+  }
   if (start == r->first) {
     r->second = size;
     return;

@@ -472,6 +472,9 @@ struct pool::impl {
   // older slots back, and past the budget every bin hands back half its slots.
   void trim_for(detail::front_cache& fc, detail::stream_bins& sb, const detail::block_rec& r) {
     detail::bin& x = sb.bin_at(r.bin);
+    // Growing first, an arena block whose bin has room has nothing to trim (its budget sweeps no
+    // slots, below): no shard lock for it (~100 of resnet's ~1,900 instructions per refused free).
+    if (!r.sl && sb.grow_first && x.count < x.limit) return;
     {
       std::lock_guard g(sb.shard->m);
       if (x.count >= x.limit) trim_bin(fc, sb, x, x.limit / 2);
