@@ -4,7 +4,8 @@
 # drifts over minutes (H200 hosts: up to 2x) slows both alike; compare round by round.
 #   here:   .carry/gpu/{gpumem,gpumem-base,traces} as for device_handles.sh
 #   device: run(command="bash scripts/device_paired.sh", carry=[".carry/gpu"])
-# Env: ROUNDS, PATTERNS (default "replay pair"), POLICY (default --grow-before-reclaim),
+# Env: ROUNDS, PATTERNS (default "replay pair"), POLICY (default --grow-before-reclaim), ORDER (the
+#      binaries in the order each round runs them; default "gpumem-base gpumem"),
 #      ALLOCATOR (default gpumem-gpu; gpumem-sim with POLICY="... --simulate" tries it without a GPU).
 set -u
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ D=.carry/gpu
 W="${OUT:-/tmp/gpumem-paired}/w"
 mkdir -p "$W"
 for i in $(seq 1 "${ROUNDS:-5}"); do
-  for bin in gpumem-base gpumem; do
+  for bin in ${ORDER:-gpumem-base gpumem}; do
     for pattern in ${PATTERNS:-replay pair}; do
       timeout 100 "$D/$bin" bench "$pattern" --allocator "${ALLOCATOR:-gpumem-gpu}" --reps 3 --traces "$D/traces" \
         ${POLICY---grow-before-reclaim} --json 2>> "$W/bench.err" \
