@@ -10,6 +10,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,11 +28,16 @@ std::uint64_t total_ops() {
   return 200000;
 }
 
-class ThreadStress : public ::testing::TestWithParam<bool> {};
+// (virtual memory, grow_before_reclaim). Growing first, a request that would grow takes back what
+// other threads' front caches keep for its stream (take_back_others): their locks taken from this
+// thread while they run.
+class ThreadStress : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(ThreadStress, SixteenThreadsWithCrossStreamFrees) {
   constexpr int threads = 16;
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .virtual_memory = GetParam()}, pool_options{});
+  pool_options po;
+  po.grow_before_reclaim = std::get<1>(GetParam());
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .virtual_memory = std::get<0>(GetParam())}, po);
   std::vector<stream_ref> streams(threads);
   for (auto& s : streams) s = r.dev->create_stream();
   struct mailbox {
@@ -101,7 +107,10 @@ TEST_P(ThreadStress, SixteenThreadsWithCrossStreamFrees) {
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pool, ThreadStress, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "Virtual" : "Segments"; });
+INSTANTIATE_TEST_SUITE_P(Pool, ThreadStress, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "Virtual" : "Segments") +
+                                  (std::get<1>(info.param) ? "GrowFirst" : "");
+                         });
 
 }  // namespace
