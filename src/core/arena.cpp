@@ -484,7 +484,7 @@ void arena::run_add(std::uintptr_t a, std::size_t n) {
     return;
   }
   run_at_.emplace_hint(next, a, n);
-  runs_.emplace(n, a);
+  runs_.insert(run_by_size{n, a});
 }
 
 void arena::run_remove(std::uintptr_t a, std::size_t n) {
@@ -495,7 +495,7 @@ void arena::run_remove(std::uintptr_t a, std::size_t n) {
     reshape_run(r, lo, a - lo);
     if (e < hi) {
       run_at_.emplace_hint(std::next(r), e, hi - e);
-      runs_.emplace(hi - e, e);
+      runs_.insert(run_by_size{hi - e, e});
     }
   } else if (e < hi) {
     reshape_run(r, e, hi - e);  // the block takes the run's front
