@@ -160,6 +160,9 @@ struct pool::impl {
     if (!(op.front_cache_peak_fraction >= 0.0 && op.front_cache_peak_fraction <= 1e3))
       throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_peak_fraction {} is not a fraction >= 0",
                                               op.front_cache_peak_fraction));
+    if (!(op.front_cache_reserve_headroom >= 0.0 && op.front_cache_reserve_headroom <= 1e3))
+      throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_reserve_headroom {} is not a fraction >= 0",
+                                              op.front_cache_reserve_headroom));
     if (op.zero_on_free && !u.can_zero())
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));

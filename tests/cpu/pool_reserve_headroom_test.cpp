@@ -7,7 +7,10 @@
 // of live again, so caching cannot keep raising reserved memory.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/front_cache.hpp"
@@ -131,6 +134,19 @@ TEST(ReserveHeadroom, TheDefaultPolicyIsUnchanged) {
   EXPECT_LE(run_step(r), 2u);
   check(r);
   r.free_all_and_trim();
+}
+
+TEST(ReserveHeadroom, ANegativeOrNanHeadroomIsRefusedByName) {
+  for (double bad : {-0.1, std::nan("")}) {
+    pool_options po;
+    po.front_cache_reserve_headroom = bad;
+    try {
+      sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
+      ADD_FAILURE() << "accepted front_cache_reserve_headroom " << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("front_cache_reserve_headroom"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
