@@ -439,8 +439,9 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
 }
 
 // Runs change by the thousand per second on a busy pool: a run that keeps its start is updated in
-// place in run_at_, one whose start moves (in the same order) carries its node there, and its
-// runs_ entry moves its node too — no node freed and taken again.
+// place in run_at_, one whose start moves (in the same order) carries its node there. Its runs_
+// entry changes in place where it keeps its rank by size (run_by_size), else moves its node — no
+// node freed and taken again.
 void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size) {
   const auto at = runs_.find({r->second, r->first});
   const run_by_size now{size, start};

@@ -363,11 +363,12 @@ struct pool::impl {
     return std::max(fixed, share > r->block_bytes ? share - r->block_bytes + 1 : 0);
   }
 
-  // Growing first: reserved is within front_cache_reserve_headroom over peak live (the pool's:
-  // the larger of the published peak and this thread's own), so a front cache may keep large
-  // blocks up to what its thread freed since its peak (grown_budget). Its own peak, not the
-  // pool's: with two threads each keeping the pool's peak less its own live, a live ResNet run's
-  // trace on its two recorded threads (autograd's backward thread frees most) went 1.18 -> 1.32.
+  // Growing first: reserved is within front_cache_reserve_headroom over the pool's peak live (the
+  // larger of the published peak and this thread's own), so a front cache may keep large blocks
+  // up to what its thread freed since its own peak (grown_budget). The budget follows the
+  // thread's own peak, not the pool's: with two threads each keeping the pool's peak less its own
+  // live, a live ResNet run's trace on its two recorded threads (autograd's backward thread frees
+  // most) went 1.18 -> 1.32.
   bool within_headroom(const detail::front_cache& fc) const {
     if (fc.peak_live <= fc.live_bytes || opts.front_cache_reserve_headroom <= 0) return false;
     const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
@@ -478,7 +479,7 @@ struct pool::impl {
   void trim_for(detail::front_cache& fc, detail::stream_bins& sb, const detail::block_rec& r) {
     detail::bin& x = sb.bin_at(r.bin);
     // Growing first, an arena block whose bin has room has nothing to trim (its budget sweeps no
-    // slots, below): no shard lock for it (~100 of resnet's ~1,900 instructions per refused free).
+    // slots, below): no shard lock taken and released for nothing on each refused large free.
     if (!r.sl && sb.grow_first && x.count < x.limit) return;
     {
       std::lock_guard g(sb.shard->m);
@@ -592,14 +593,16 @@ struct pool::impl {
   }
 
   // Under m, growing first, before the pool grows for a large request of `size` on stream `s`:
-  // other threads' front caches that hold at least `size` bytes of large blocks  give back those they keep for `s`, and the request is tried again without
-  // growing. With several threads one thread's cache can sit on what another's requests need:
-  // PyTorch's backward pass runs on a thread of its own, which frees there the activations the
-  // next forward pass asks for on the main thread. Replayed on its two recorded threads, a live
-  // ResNet run's trace reserved 1.193x peak live growing first, 1.081 with this (1.062 by
-  // default). Only caches that hold that much are touched (each costs a heavy fence, front_lock.hpp),
-  // so a thread that frees a little now and then keeps its cache; an earlier cure that emptied
-  // every cache before any growth slowed a live BERT's steps from 47 to 80 ms.
+  // other threads' front caches that hold at least `size` bytes of large blocks (as their
+  // arena_cached_bytes says) give back those they keep for `s`, and the request is tried again
+  // without growing. With several threads one thread's cache can sit on what another's requests
+  // need: PyTorch's backward pass runs on a thread of its own, which frees there the activations
+  // the next forward pass asks for on the main thread. Replayed on its two recorded threads, a
+  // live ResNet run's trace reserved 1.193x peak live growing first, 1.081 with this (the live run
+  // on the H200: 1.081 of peak allocated). Only caches that hold that much are touched (each costs
+  // a heavy fence, front_lock.hpp), so a thread that frees a little now and then keeps its cache;
+  // an earlier cure that emptied every cache before any growth slowed a live BERT's steps from 47
+  // to 80 ms.
   template <class Attempt>
   std::uintptr_t take_back_others(const detail::front_cache* own, std::size_t size, stream_ref s,
                                   Attempt& attempt) {
