@@ -24,43 +24,40 @@ void add_byte_size_option(CLI::App& app, const std::string& name, std::size_t& f
       ->type_name("BYTES");
 }
 
+// A number from 0 to `most` into `field`, its default shown in --help.
+void add_number_option(CLI::App& app, const std::string& name, double& field, const std::string& help, double most) {
+  app.add_option(name, field, help)->check(CLI::Number)->check(CLI::Range(0.0, most))->capture_default_str();
+}
+
 }  // namespace
 
 void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what) {
-  app.add_option("--idle-budget", opts.idle_budget,
-                 std::string(what) +
-                     ": pool_options::idle_budget, idle mapped memory kept as a fraction of live rather than "
-                     "remapped elsewhere (0, the default, is the tightest; more trades memory for driver calls)")
-      ->check(CLI::Number)
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  app.add_option("--reserve-ceiling", opts.reserve_ceiling,
-                 std::string(what) +
-                     ": pool_options::reserve_ceiling, the most peak reserved may be over peak live where moving "
-                     "memory can keep it there (e.g. 1.03; past it idle memory moves whatever --idle-budget says; "
-                     "0, the default: none)")
-      ->check(CLI::Number)
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
+  add_number_option(app, "--idle-budget", opts.idle_budget,
+                    std::string(what) +
+                        ": pool_options::idle_budget, idle mapped memory kept as a fraction of live rather than "
+                        "remapped elsewhere (0, the default, is the tightest; more trades memory for driver calls)",
+                    1e6);
+  add_number_option(app, "--reserve-ceiling", opts.reserve_ceiling,
+                    std::string(what) +
+                        ": pool_options::reserve_ceiling, the most peak reserved may be over peak live where moving "
+                        "memory can keep it there (e.g. 1.03; past it idle memory moves whatever --idle-budget says; "
+                        "0, the default: none)",
+                    1e6);
   app.add_flag("--grow-before-reclaim", opts.grow_before_reclaim,
                std::string(what) +
                    ": pool_options::grow_before_reclaim, grow before emptying the front caches and giving back "
                    "empty slabs (faster, most of all with many threads; costs memory)");
-  app.add_option("--front-cache-reserve-headroom", opts.front_cache_reserve_headroom,
-                 std::string(what) +
-                     ": pool_options::front_cache_reserve_headroom, growing first: while reserved is within this "
-                     "fraction over peak live, a thread's front cache may keep the large blocks it freed since its "
-                     "peak (0: off)")
-      ->check(CLI::Number)
-      ->check(CLI::Range(0.0, 1e3))
-      ->capture_default_str();
-  app.add_option("--front-cache-peak-fraction", opts.front_cache_peak_fraction,
-                 std::string(what) +
-                     ": pool_options::front_cache_peak_fraction, large blocks a thread's front cache may keep, as a "
-                     "fraction of its peak live bytes (default policy; 0, the default: front_cache_bytes alone)")
-      ->check(CLI::Number)
-      ->check(CLI::Range(0.0, 1e3))
-      ->capture_default_str();
+  add_number_option(app, "--front-cache-reserve-headroom", opts.front_cache_reserve_headroom,
+                    std::string(what) +
+                        ": pool_options::front_cache_reserve_headroom, growing first: while reserved is within this "
+                        "fraction over peak live, a thread's front cache may keep the large blocks it freed since its "
+                        "peak (0: off)",
+                    1e3);
+  add_number_option(app, "--front-cache-peak-fraction", opts.front_cache_peak_fraction,
+                    std::string(what) +
+                        ": pool_options::front_cache_peak_fraction, large blocks a thread's front cache may keep, as a "
+                        "fraction of its peak live bytes (default policy; 0, the default: front_cache_bytes alone)",
+                    1e3);
   app.add_flag("--reclaim-own-first", opts.reclaim_own_first,
                std::string(what) +
                    ": pool_options::reclaim_own_first, a large request tries mapped memory and the caller's own "
@@ -77,13 +74,11 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                std::string(what) +
                    ": pool_options::front_cache, per-thread caches of freed blocks in front of the pool's lock "
                    "(on by default; off, every request takes the pool's lock)");
-  app.add_option("--remap-time-budget", opts.remap_time_budget,
-                 std::string(what) +
-                     ": pool_options::remap_time_budget, the most host time spent moving idle granules, as a "
-                     "fraction of wall time (0, the default: no bound); past it the pool grows instead")
-      ->check(CLI::Number)
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+  add_number_option(app, "--remap-time-budget", opts.remap_time_budget,
+                    std::string(what) +
+                        ": pool_options::remap_time_budget, the most host time spent moving idle granules, as a "
+                        "fraction of wall time (0, the default: no bound); past it the pool grows instead",
+                    1.0);
   app.add_option_function<double>(
          "--remap-cost-us",
          [&opts](double us) { opts.remap_cost_ns_per_granule = us * 1e3; },
