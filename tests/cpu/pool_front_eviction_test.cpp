@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "support/model_check.hpp"
 #include "support/pool_model.hpp"
 
 namespace {
 
 using namespace gpumem;
+using gpumem::test::expect_model_holds;
 using gpumem::test::sim_pool_rig;
 using gpumem::test::KiB;
 using gpumem::test::MiB;
@@ -39,13 +41,6 @@ class FrontEviction : public ::testing::TestWithParam<policy> {
   std::unique_ptr<sim_pool_rig> rig(bool auto_complete = true) const {
     return std::make_unique<sim_pool_rig>(
         sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = auto_complete}, options());
-  }
-  static void check(sim_pool_rig& r) {
-    try {
-      r.model->check_full();
-    } catch (const std::exception& e) {
-      FAIL() << e.what();
-    }
   }
 };
 
@@ -86,7 +81,7 @@ TEST_P(FrontEviction, ANewShapeDisplacesTheOldOnes) {
   const pool_stats after = r->p->stats();
   EXPECT_EQ(after.front_hits - before.front_hits, 99u) << "the new shape's freed block should stay cached";
   EXPECT_EQ(after.front_evictions - before.front_evictions, 1u) << "the oldest, 3.5 MiB, made room";
-  check(*r);
+  expect_model_holds(*r);
   r->free_all_and_trim();
 }
 
@@ -99,7 +94,7 @@ TEST_P(FrontEviction, TheOldestGoesFirst) {
   EXPECT_EQ(r->p->stats().front_evictions - evictions, 1u);
   EXPECT_EQ(hits_serving(*r, {old_shapes[1], old_shapes[2], old_shapes[3]}), 3u) << "the newer shapes stay";
   EXPECT_EQ(hits_serving(*r, {old_shapes[0]}), 0u) << "the oldest shape went back to the arena";
-  check(*r);
+  expect_model_holds(*r);
   r->free_all_and_trim();
 }
 
@@ -109,7 +104,7 @@ TEST_P(FrontEviction, ABlockLargerThanTheBudgetTakesNoRoom) {
   r->deallocate(r->allocate(12 * MiB, default_alignment, 0), 0);
   EXPECT_EQ(r->p->stats().front_evictions, evictions) << "12 MiB is more than the 8 MiB the cache may hold";
   EXPECT_EQ(hits_serving(*r, {std::begin(old_shapes), std::end(old_shapes)}), 4u) << "every old shape is still cached";
-  check(*r);
+  expect_model_holds(*r);
   r->free_all_and_trim();
 }
 
@@ -134,7 +129,7 @@ TEST_P(FrontEviction, EvictedBlocksWaitForTheirStream) {
     }
     on_b.push_back(q);
   }
-  check(*r);
+  expect_model_holds(*r);
   r->dev->set_auto_complete(true);
   for (void* q : on_b) r->deallocate(q, B);
   r->free_all_and_trim();
@@ -157,8 +152,8 @@ TEST_P(FrontEviction, TheSlowFreeMakesRoomToo) {
   EXPECT_EQ(after.front_hits - before.front_hits, 49u);
   EXPECT_EQ(after.front_evictions - before.front_evictions, 1u);
   EXPECT_EQ(r2->p->stats().front_evictions - evictions2, 1u);
-  check(*r1);
-  check(*r2);
+  expect_model_holds(*r1);
+  expect_model_holds(*r2);
   r1->free_all_and_trim();
   r2->free_all_and_trim();
 }

@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "core/front_cache.hpp"
+#include "support/model_check.hpp"
 #include "support/pool_model.hpp"
 
 namespace {
 
 using namespace gpumem;
+using gpumem::test::expect_model_holds;
 using gpumem::test::sim_pool_rig;
 using gpumem::test::KiB;
 using gpumem::test::MiB;
@@ -51,14 +53,6 @@ std::unique_ptr<sim_pool_rig> rig(double headroom) {
                                         po);
 }
 
-void check(sim_pool_rig& r) {
-  try {
-    r.model->check_full();
-  } catch (const std::exception& e) {
-    FAIL() << e.what();
-  }
-}
-
 TEST(ReserveHeadroom, AStepsFreedBlocksServeTheNextStep) {
   auto r = rig(0.1);
   EXPECT_EQ(run_step(*r), 0u) << "the first step finds nothing cached";
@@ -67,7 +61,7 @@ TEST(ReserveHeadroom, AStepsFreedBlocksServeTheNextStep) {
   const pool_stats later = r->p->stats();
   EXPECT_EQ(later.front_evictions, first.front_evictions) << "nothing had to make room";
   EXPECT_EQ(later.peak_reserved_bytes, first.peak_reserved_bytes) << "the later steps took no new memory";
-  check(*r);
+  expect_model_holds(*r);
   r->free_all_and_trim();
 }
 
@@ -79,7 +73,7 @@ TEST(ReserveHeadroom, OffTheShareOfLiveRules) {
   const std::uint64_t hits = run_step(*r);
   EXPECT_LE(hits, 2u);
   EXPECT_GT(r->p->stats().front_evictions, 0u);
-  check(*r);
+  expect_model_holds(*r);
   r->free_all_and_trim();
 }
 
@@ -92,7 +86,7 @@ TEST(ReserveHeadroom, PastTheHeadroomTheShareOfLiveRules) {
   run_step(*r);  // carved from the free 256 MiB: peak live 96 MiB, reserved still 256 MiB
   ASSERT_GT(static_cast<double>(r->p->stats().reserved_bytes), 1.1 * 96.0 * MiB);
   EXPECT_LE(run_step(*r), 2u) << "past the headroom the front cache keeps no more than without it";
-  check(*r);
+  expect_model_holds(*r);
   r->free_all_and_trim();
 }
 
@@ -132,7 +126,7 @@ TEST(ReserveHeadroom, TheDefaultPolicyIsUnchanged) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   run_step(r);
   EXPECT_LE(run_step(r), 2u);
-  check(r);
+  expect_model_holds(r);
   r.free_all_and_trim();
 }
 

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "support/model_check.hpp"
 #include "support/pool_model.hpp"
 
 namespace {
 
 using namespace gpumem;
+using gpumem::test::expect_model_holds;
 using gpumem::test::sim_pool_rig;
 using gpumem::test::KiB;
 using gpumem::test::MiB;
@@ -38,13 +40,6 @@ class StreamSafety : public ::testing::TestWithParam<cfg> {
         sim_options{.capacity_bytes = capacity, .virtual_memory = GetParam().virtual_memory}, po);
   }
   std::size_t n() const { return GetParam().bytes; }
-  void check(sim_pool_rig& r) {
-    try {
-      r.model->check_full();
-    } catch (const std::exception& e) {
-      FAIL() << e.what();
-    }
-  }
 };
 
 TEST_P(StreamSafety, FreedOnAIsReusedAtOnceOnA) {
@@ -54,7 +49,7 @@ TEST_P(StreamSafety, FreedOnAIsReusedAtOnceOnA) {
   r->deallocate(p, A);
   void* q = r->allocate(n(), 256, A);
   EXPECT_EQ(q, p) << "the same stream's freed block should be reused at once";
-  check(*r);
+  expect_model_holds(*r);
 }
 
 TEST_P(StreamSafety, NotHandedToAnotherStreamBeforeTheEventCompletes) {
@@ -67,7 +62,7 @@ TEST_P(StreamSafety, NotHandedToAnotherStreamBeforeTheEventCompletes) {
     void* q = r->allocate(n(), 256, B);  // the model throws if q is unsafe for B
     for (void* p : freed) EXPECT_FALSE(overlaps(p, n(), q, n())) << "B got memory A may still use";
   }
-  check(*r);
+  expect_model_holds(*r);
 }
 
 TEST_P(StreamSafety, UnderMemoryPressureThePoolWaitsInsteadOfHandingOutEarly) {
@@ -89,7 +84,7 @@ TEST_P(StreamSafety, UnderMemoryPressureThePoolWaitsInsteadOfHandingOutEarly) {
   ASSERT_NO_THROW(q = r->allocate(n(), 256, B)) << "the pool should wait for A rather than fail";
   EXPECT_GT(r->dev->events_recorded(), events_before) << "reusing A's memory on B needs an event on A";
   EXPECT_EQ(r->dev->events_pending(), 0u) << "the pool handed A's memory to B: every event on A must be done";
-  check(*r);
+  expect_model_holds(*r);
   r->deallocate(q, B);
   r->free_all_and_trim();
   EXPECT_EQ(r->dev->used_bytes(), 0u);
@@ -111,7 +106,7 @@ TEST_P(StreamSafety, AfterCompleteAnotherStreamMayReuse) {
   std::vector<void*> got;
   for (std::size_t i = 0; i < held.size(); ++i) got.push_back(r->allocate(n(), 256, B));
   EXPECT_EQ(got.size(), held.size()) << "after A completed, B can have all of A's memory";
-  check(*r);
+  expect_model_holds(*r);
 }
 
 TEST_P(StreamSafety, RecordUseKeepsMemoryFromEveryOtherStreamUntilAllComplete) {
@@ -125,7 +120,7 @@ TEST_P(StreamSafety, RecordUseKeepsMemoryFromEveryOtherStreamUntilAllComplete) {
     void* q = r->allocate(n(), 256, s);
     EXPECT_FALSE(overlaps(p, n(), q, n())) << "reused on " << s << " while B may still use it";
   }
-  check(*r);
+  expect_model_holds(*r);
   // Once A and B completed and the pool learned so, it comes back (a slab slot to its slab, which
   // serves its owner A; an arena block to anyone).
   r->dev->set_auto_complete(true);
@@ -133,7 +128,7 @@ TEST_P(StreamSafety, RecordUseKeepsMemoryFromEveryOtherStreamUntilAllComplete) {
   bool reused = false;
   for (int i = 0; i < 64 && !reused; ++i) reused = overlaps(p, n(), r->allocate(n(), 256, A), n());
   EXPECT_TRUE(reused) << "after both streams completed, the memory should come back";
-  check(*r);
+  expect_model_holds(*r);
 }
 
 TEST_P(StreamSafety, FreeOnAnotherStreamWaitsForThatStream) {
@@ -143,7 +138,7 @@ TEST_P(StreamSafety, FreeOnAnotherStreamWaitsForThatStream) {
   void* p = r->allocate(n(), 256, A);
   r->deallocate(p, B);
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(overlaps(p, n(), r->allocate(n(), 256, A), n()));
-  check(*r);
+  expect_model_holds(*r);
 }
 
 TEST_P(StreamSafety, InterleavedStreamsWithPartialCompletion) {
@@ -166,7 +161,7 @@ TEST_P(StreamSafety, InterleavedStreamsWithPartialCompletion) {
       held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
     }
     if (g.chance(3)) r->dev->complete(s[g.below(4)]);
-    if (step % 64 == 0) check(*r);
+    if (step % 64 == 0) expect_model_holds(*r);
   }
   r->free_all_and_trim();
   EXPECT_EQ(r->dev->used_bytes(), 0u);
