@@ -351,26 +351,31 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
   cost = SIZE_MAX;
   const std::uintptr_t mask = ~static_cast<std::uintptr_t>(alignment - 1);
   const bool all = runs == SIZE_MAX;
+  // `first`: the block at `lo`. A place inside one mapped block (ready mapped, or owned: busy, so
+  // mapped) needs no granule mapped, and its granules need no count: most requests that miss the
+  // front caches land so (a training step's shapes come back where they were).
   auto consider = [&](std::uintptr_t lo, std::uintptr_t hi, block_map::iterator first) {
     if (hi - lo < size) return false;
     bool fits = false;
-    auto try_at = [&](std::uintptr_t at) {
+    auto try_at = [&](std::uintptr_t at, block_map::iterator in) {
       if (at < lo || at + size > hi) return;
       fits = true;
-      const std::size_t c = unmapped_granules(at, size, cost);  // no better than `cost`: no need to finish
+      const bool inside = in != blocks_.end() && in->second.mapped && in->first <= at &&
+                          at + size <= in->first + in->second.size;
+      const std::size_t c = inside ? 0 : unmapped_granules(at, size, cost);  // no better than `cost`: no need to finish
       if (c < cost) {
         cost = c;
         start = at;
       }
     };
-    try_at(align_up(lo, alignment));
-    try_at((hi - size) & mask);
+    try_at(align_up(lo, alignment), first);
+    if (cost) try_at((hi - size) & mask, blocks_.end());
     int k = 0;
     for (auto b = first; b != blocks_.end() && b->first < hi && (k < 16 || all) && cost; ++b, ++k) {
       if (!b->second.mapped) continue;
-      try_at(align_up(b->first, alignment));
+      try_at(align_up(b->first, alignment), b);
       const std::uintptr_t e = b->first + b->second.size;
-      if (e - lo >= size) try_at((e - size) & mask);
+      if (e - lo >= size) try_at((e - size) & mask, b);
     }
     return fits;
   };
