@@ -227,21 +227,28 @@ class alignas(64) front_cache {
       return *last_;
     return find_bins(s);
   }
-  // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); none if none.
-  std::uint32_t pop(stream_bins& sb, std::size_t b, std::size_t size, std::size_t alignment) {
+  // The bins of `s` if the latest call was on `s` (nullptr otherwise): bins_for without a call.
+  stream_bins* last_bins_for(stream_ref s) noexcept { return last_ && last_->stream == s ? last_ : nullptr; }
+  // The newest block of bin `b` if it is `size` bytes at `alignment` (the common allocate), taken
+  // out; none otherwise, with the bin untouched.
+  [[gnu::always_inline]] std::uint32_t pop_top(stream_bins& sb, std::size_t b, std::size_t size,
+                                                std::size_t alignment) noexcept {
     bin& x = sb.bins[b];
-    // Newest first: warm in cache, and in a small class every block fits. (A bin not set up yet
-    // has a count of 0.)
-    if (x.count) [[likely]] {
-      const std::uint32_t i = x.items[x.count - 1];
-      if (recs[i].block_bytes == size && (recs[i].addr & (alignment - 1)) == 0) [[likely]] {
-        --x.count;
-        uncount(sb, recs[i]);
-        return i;
-      }
-      return probe(sb, x, size, alignment);
-    }
-    return none;
+    // A bin not set up yet has a count of 0.
+    if (!x.count) return none;
+    const std::uint32_t i = x.items[x.count - 1];
+    if (recs[i].block_bytes != size || (recs[i].addr & (alignment - 1)) != 0) return none;
+    --x.count;
+    uncount(sb, recs[i]);
+    return i;
+  }
+  // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); none if none.
+  // Newest first: warm in cache, and in a small class every block fits.
+  std::uint32_t pop(stream_bins& sb, std::size_t b, std::size_t size, std::size_t alignment) {
+    const std::uint32_t i = pop_top(sb, b, size, alignment);
+    if (i != none || !sb.bins[b].count) [[likely]]
+      return i;
+    return probe(sb, sb.bins[b], size, alignment);
   }
   // Takes the block at position `k` out of bin `x`; the blocks after it move down one.
   std::uint32_t take_at(stream_bins& sb, bin& x, std::uint32_t k) noexcept {
@@ -286,9 +293,13 @@ class alignas(64) front_cache {
   // loop over one big tensor stays fast even when smaller blocks are cached beside it (each kind
   // exceeds its budget by one block at most).
   [[gnu::always_inline]] bool push(stream_bins& sb, block_rec& r, std::uint32_t i, std::size_t max_bytes) {
+    if (sb.held[sb.budget_of(r)] >= max_bytes) return false;  // before bin_at: no bin set up for nothing
+    return push_into(sb, sb.bin_at(r.bin), r, i, max_bytes);
+  }
+  // push into `x`, the bin of `r` (set up).
+  [[gnu::always_inline]] bool push_into(stream_bins& sb, bin& x, block_rec& r, std::uint32_t i, std::size_t max_bytes) {
     std::size_t& held = sb.held[sb.budget_of(r)];
     if (held >= max_bytes) return false;
-    bin& x = sb.bin_at(r.bin);
     if (x.count >= x.limit) return false;
     x.items[x.count++] = i;
     held += r.block_bytes;

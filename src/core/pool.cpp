@@ -229,13 +229,28 @@ struct pool::impl {
   // lock. With one front cache its own figures are the pool's: no shared write at all. With
   // several, each publishes to the shared figure in steps of publish_quantum.
   [[gnu::always_inline]] void account(detail::front_cache& fc, std::ptrdiff_t delta) {
+    if (account_quietly(fc, delta)) [[unlikely]]
+      publish(fc);
+  }
+  // account but for the publishing: true when publish(fc) is due (the caller then calls it, still
+  // under the front cache's lock). The common paths call it so that they call nothing themselves.
+  [[gnu::always_inline]] bool account_quietly(detail::front_cache& fc, std::ptrdiff_t delta) {
     if (fc.live_bytes > fc.peak_live) fc.peak_live = fc.live_bytes;
     if (front_count.load(std::memory_order_relaxed) <= 1) [[likely]]
-      return;
+      return false;
     fc.unpublished += delta;
-    if (fc.unpublished < publish_quantum && fc.unpublished > -publish_quantum) [[likely]]
-      return;
+    return fc.unpublished >= publish_quantum || fc.unpublished <= -publish_quantum;
+  }
+  // The common paths' end when publishing is due: publishes, then releases the front cache's lock
+  // (taken by front_lock::owner_try_lock).
+  [[gnu::noinline]] void publish_and_unlock(detail::front_cache& fc) {
     publish(fc);
+    fc.lock.owner_unlock_tried();
+  }
+  // The same for an allocation: returns `addr` (so the call is the common path's last step).
+  [[gnu::noinline]] void* publish_and_unlock(detail::front_cache& fc, std::uintptr_t addr) {
+    publish_and_unlock(fc);
+    return reinterpret_cast<void*>(addr);
   }
   [[gnu::noinline]] void publish(detail::front_cache& fc) {
     const std::ptrdiff_t now = shared_live.fetch_add(fc.unpublished, std::memory_order_relaxed) + fc.unpublished;
@@ -345,8 +360,8 @@ struct pool::impl {
   // share. With front_cache_peak_fraction (default policy) the share is of the thread's peak.
   // Below front_cache_bytes every block is welcome: the share is worked out only past it, off the
   // common path.
-  std::size_t cache_budget(const detail::front_cache& fc, const detail::stream_bins& sb,
-                           const detail::block_rec* r) const {
+  [[gnu::always_inline]] std::size_t cache_budget(const detail::front_cache& fc, const detail::stream_bins& sb,
+                                                 const detail::block_rec* r) const {
     if (large_budget && sb.held[r ? sb.budget_of(*r) : 0] >= opts.front_cache_bytes) [[unlikely]]
       return grown_budget(fc, r);
     return opts.front_cache_bytes;
@@ -360,7 +375,8 @@ struct pool::impl {
   std::size_t full_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
     return large_budget ? grown_budget(fc, r) : opts.front_cache_bytes;
   }
-  [[gnu::noinline]] std::size_t grown_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
+  // Inlined: the free's common path calls nothing (pool::deallocate).
+  [[gnu::always_inline]] std::size_t grown_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
     const std::size_t fixed = opts.front_cache_bytes;
     // Growing first, a share of live now (what it keeps adds to reserved); by default, of the
     // thread's peak (what it keeps is flushed before the pool grows).
@@ -378,7 +394,7 @@ struct pool::impl {
   // thread's own peak, not the pool's: with two threads each keeping the pool's peak less its own
   // live, a live ResNet run's trace on its two recorded threads (autograd's backward thread frees
   // most) went 1.18 -> 1.32.
-  bool within_headroom(const detail::front_cache& fc) const {
+  [[gnu::always_inline]] bool within_headroom(const detail::front_cache& fc) const {
     if (fc.peak_live <= fc.live_bytes || opts.front_cache_reserve_headroom <= 0) return false;
     const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
     return static_cast<double>(reserved_published.load(std::memory_order_relaxed)) <=
@@ -564,10 +580,13 @@ struct pool::impl {
     }
   }
 
+  [[gnu::noinline]] void* allocate_general(std::size_t bytes, std::size_t alignment, stream_ref s);
   [[gnu::noinline]] void* allocate_slow(const detail::live_entry& entry, std::size_t alignment, bool small, bool tried);
+  [[gnu::noinline]] void deallocate_general(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
   [[gnu::noinline]] void deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
-  [[gnu::noinline]] void free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i,
-                                      std::uintptr_t a, stream_ref s);
+  // `publish_due`: what account_quietly said of this free (publish(fc) not yet called).
+  [[gnu::noinline]] void free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, stream_ref s,
+                                      bool publish_due = false) noexcept;
 
   // Under m: gives back what caches hold that the arena could reuse, cheapest first, trying
   // `attempt` without growing after each step — empty slabs (no front cache touched), then the
@@ -855,13 +874,57 @@ namespace {
 
 }  // namespace
 
-// The common path: the calling thread's front cache, under its own lock only — the bin of the
-// request's class on the request's stream, or a batch from the stream's slabs (one shard lock).
-// Everything else — large requests no bin holds, a stream whose slabs have no free slot, growth —
-// goes through allocate_slow and the pool's lock. The slow paths are functions of their own so
-// this one stays small: few registers to save, nothing of theirs in the way.
+// The common path: the newest block of the request's class in the calling thread's front cache,
+// on the stream of the thread's latest call, under the cache's own lock only. It calls nothing but
+// in tail position — anything else (bad arguments, another pool or stream, an empty bin, a lock a
+// foreign thread wants) starts over in allocate_general — so the compiler saves no register and
+// builds less of a frame for it (GCC still saves registers for the arguments the tail calls pass
+// on): a warm alloc+free pair on the simulated device ran 241-247 instructions with the general
+// path's steps inline here, 227-232 without.
 void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   impl& p = *impl_;
+  if (bytes - 1 >= absurd_bytes || (alignment & (alignment - 1)) != 0 || alignment - 1 >= p.granule ||
+      tls_last.pool_id != p.id) [[unlikely]]
+    return p.allocate_general(bytes, alignment, s);
+  const std::size_t align = alignment < default_alignment ? default_alignment : alignment;
+  std::size_t size, b;
+  if (bytes <= p.small_max && align <= detail::class_unit) {
+    const detail::class_and_size c = detail::size_class_for(bytes);
+    b = c.index;
+    size = c.bytes;
+  } else {
+    size = align_up(bytes, detail::arena::unit);
+    b = detail::bin_of(size);
+  }
+  detail::front_cache& fc = *tls_last.fc;
+  if (fc.lock.owner_try_lock()) [[likely]] {
+    if (detail::stream_bins* sb = fc.last_bins_for(s)) [[likely]] {
+      const std::uint32_t i = fc.pop_top(*sb, b, size, align);
+      if (i != detail::front_cache::none) [[likely]] {
+        detail::block_rec& r = fc.recs[i];
+        r.bytes = bytes;
+        r.stream = s;
+        r.align_log2 = static_cast<std::uint8_t>(std::countr_zero(align));
+        r.state = detail::rec_live;
+        fc.live_bytes += bytes;
+        ++fc.hits;
+        if (p.account_quietly(fc, static_cast<std::ptrdiff_t>(bytes))) [[unlikely]]
+          return p.publish_and_unlock(fc, r.addr);
+        fc.lock.owner_unlock_tried();
+        return reinterpret_cast<void*>(r.addr);
+      }
+    }
+    fc.lock.owner_unlock_tried();
+  }
+  return p.allocate_general(bytes, alignment, s);
+}
+
+// Every allocation the common path above did not serve: the calling thread's front cache, under
+// its own lock only — the bin of the request's class on the request's stream, or a batch from the
+// stream's slabs (one shard lock). Everything else — large requests no bin holds, a stream whose
+// slabs have no free slot, growth — goes through allocate_slow and the pool's lock.
+void* pool::impl::allocate_general(std::size_t bytes, std::size_t alignment, stream_ref s) {
+  impl& p = *this;
   // One test for every bad or special argument (alignment 0 or not a power of two or over the
   // granule, a size of 0 or over 2^47); which one it was is sorted out off the common path.
   if (bytes - 1 >= absurd_bytes || (alignment & (alignment - 1)) != 0 || alignment - 1 >= p.granule) [[unlikely]] {
@@ -963,9 +1026,46 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
   return out;
 }
 
+// The common path: a live block of the calling thread's front cache, freed with the figures it
+// was allocated with on the stream of the thread's latest call, into a bin (set up) with room and
+// within the budget. As pool::allocate's, it calls nothing but in tail position; anything else
+// starts over in deallocate_general.
 void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
-  if (!ptr) return;
   impl& p = *impl_;
+  if (tls_last.pool_id == p.fast_free_id && ptr) [[likely]] {
+    detail::front_cache& fc = *tls_last.fc;
+    if (fc.lock.owner_try_lock()) [[likely]] {
+      const std::uint32_t* pi = fc.index.find(reinterpret_cast<std::uintptr_t>(ptr));
+      detail::stream_bins* sb = fc.last_bins_for(s);
+      if (pi && sb) [[likely]] {
+        const std::uint32_t i = *pi;
+        detail::block_rec& r = fc.recs[i];
+        detail::bin& x = sb->bins[r.bin];
+        if (r.state == detail::rec_live && r.bytes == bytes && (alignment & (alignment - 1)) == 0 &&
+            alignment - 1 < r.alignment() && x.limit) [[likely]] {
+          r.state = detail::rec_cached;
+          fc.live_bytes -= bytes;
+          const bool publish_due = p.account_quietly(fc, -static_cast<std::ptrdiff_t>(bytes));
+          if (fc.push_into(*sb, x, r, i, p.cache_budget(fc, *sb, &r))) [[likely]] {
+            ++fc.fast_frees;
+            if (publish_due) [[unlikely]]
+              return p.publish_and_unlock(fc);
+            return fc.lock.owner_unlock_tried();
+          }
+          return p.free_refused(fc, *sb, i, s, publish_due);
+        }
+      }
+      fc.lock.owner_unlock_tried();
+    }
+  }
+  p.deallocate_general(ptr, bytes, alignment, s);
+}
+
+// Every free the common path above did not take: its checks again, with the front cache's lock
+// taken whatever it costs, a stream's bins looked up, a bin set up; then deallocate_slow.
+void pool::impl::deallocate_general(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
+  if (!ptr) return;
+  impl& p = *this;
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   if (tls_last.pool_id == p.fast_free_id) [[likely]] {
     detail::front_cache& fc = *tls_last.fc;
@@ -986,7 +1086,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
           fc.lock.owner_unlock();
           return;
         }
-        p.free_refused(fc, sb, i, a, s);
+        p.free_refused(fc, sb, i, s);
         return;
       }
     }
@@ -997,8 +1097,10 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
 
 // The free's fast path found no room for block `i` (rec_cached) in its bin: cache_freed makes
 // some, or the block goes back to the core. Releases the front cache's lock, held by the caller.
-void pool::impl::free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, std::uintptr_t a,
-                              stream_ref s) {
+void pool::impl::free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, stream_ref s,
+                              bool publish_due) noexcept {
+  if (publish_due) publish(fc);
+  const std::uintptr_t a = fc.recs[i].addr;
   evicted_blocks ev;
   const bool cached = cache_freed(fc, sb, i, ev);
   detail::live_entry e;
