@@ -67,21 +67,48 @@ arena::~arena() {
   }
 }
 
+arena::owned_blocks& arena::owned_of(stream_ref s) {
+  // The last stream's, remembered: a free and the coalescing after it ask for the same stream's
+  // several times, and an unordered_map's values stay where they are until erased.
+  if (owned_last_ && owned_last_stream_ == s) return *owned_last_;
+  owned_last_stream_ = s;
+  return *(owned_last_ = &owned_.try_emplace(s, nodes_).first->second);
+}
 arena::free_index& arena::index_of(const block& b) {
   if (b.st == state::ready) return b.mapped ? ready_ : void_;
-  // The last stream's index, remembered: a free and the coalescing after it ask for the same
-  // stream's several times, and an unordered_map's values stay where they are until erased.
-  if (owned_last_ && owned_last_stream_ == b.stream) return *owned_last_;
-  owned_last_stream_ = b.stream;
-  return *(owned_last_ = &owned_.try_emplace(b.stream, free_index::allocator_type(nodes_)).first->second);
+  return owned_of(b.stream).by_size;
 }
-void arena::index_insert(block_map::iterator it) { index_of(it->second).emplace(it->second.size, it->first); }
+void arena::index_insert(block_map::iterator it) {
+  block& b = it->second;
+  if (b.st != state::owned || !virtual_) {
+    index_of(b).emplace(b.size, it->first);
+    return;
+  }
+  owned_blocks& o = owned_of(b.stream);
+  b.owned_prev = nullptr;
+  b.owned_next = o.head;
+  if (o.head) o.head->second.owned_prev = &*it;
+  o.head = &*it;
+  ++o.count;
+}
 void arena::index_erase(block_map::iterator it) {
-  auto& idx = index_of(it->second);
-  idx.erase({it->second.size, it->first});
-  if (it->second.st == state::owned && idx.empty()) {
-    if (owned_last_ == &idx) owned_last_ = nullptr;
-    owned_.erase(it->second.stream);
+  block& b = it->second;
+  if (b.st != state::owned) {
+    index_of(b).erase({b.size, it->first});
+    return;
+  }
+  owned_blocks& o = owned_of(b.stream);
+  if (!virtual_) {
+    o.by_size.erase({b.size, it->first});
+  } else {
+    (b.owned_prev ? b.owned_prev->second.owned_next : o.head) = b.owned_next;
+    if (b.owned_next) b.owned_next->second.owned_prev = b.owned_prev;
+    b.owned_prev = b.owned_next = nullptr;
+    --o.count;
+  }
+  if (o.empty()) {
+    owned_last_ = nullptr;
+    owned_.erase(b.stream);
   }
 }
 
@@ -263,7 +290,7 @@ std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, strea
 
 arena::block_map::iterator arena::best_fit(std::size_t size, std::size_t alignment, stream_ref s) {
   auto mine = owned_.find(s);
-  auto a = mine == owned_.end() ? blocks_.end() : find_fit(mine->second, size, alignment);
+  auto a = mine == owned_.end() ? blocks_.end() : find_fit(mine->second.by_size, size, alignment);
   auto b = find_fit(ready_, size, alignment);
   if (b != blocks_.end() && (a == blocks_.end() || b->second.size < a->second.size)) return b;
   return a;
@@ -746,10 +773,14 @@ std::size_t arena::move_pending(std::size_t want, std::size_t keep_lo, std::size
   if (!opts_.stream_ordered_moves || want == 0 || (within_budget && opts_.keep_idle)) return 0;
   auto mine = owned_.find(s);
   if (mine == owned_.end()) return 0;
-  // The stream's largest free blocks first: a handle all free for it most likely lies under one.
-  // A bounded look: this runs before every growth.
-  int looked = 0;
-  for (auto c = mine->second.rbegin(); c != mine->second.rend() && looked < 32; ++c, ++looked) {
+  // The stream's largest free blocks first (by size, then address, from the top): a handle all
+  // free for it most likely lies under one. A bounded look: this runs before every growth.
+  std::vector<std::pair<std::size_t, std::uintptr_t>> largest;
+  for_each_owned(mine->second, [&](std::uintptr_t addr, const block& b) { largest.emplace_back(b.size, addr); });
+  const auto looked = std::min<std::size_t>(largest.size(), 32);
+  std::partial_sort(largest.begin(), largest.begin() + static_cast<std::ptrdiff_t>(looked), largest.end(),
+                    std::greater<>());
+  for (auto c = largest.begin(); c != largest.begin() + static_cast<std::ptrdiff_t>(looked); ++c) {
     const std::uintptr_t end = c->second + c->first;
     for (std::size_t g = granule_of(c->second); g < granule_handle_.size() && granule_addr(g) < end;) {
       if (!granule_handle_[g].value) {
@@ -1146,11 +1177,12 @@ void arena::promote() {
     }
   }
   std::vector<std::uintptr_t> turning;
-  for (auto& [s, idx] : owned_) {
+  for (auto& [s, o] : owned_) {
     const std::uint64_t done = clock_.completed(s);
     if (done == 0) continue;
-    for (const auto& [size, addr] : idx)
-      if (blocks_.at(addr).seq <= done) turning.push_back(addr);
+    for_each_owned(o, [&](std::uintptr_t addr, const block& b) {
+      if (b.seq <= done) turning.push_back(addr);
+    });
   }
   for (std::uintptr_t addr : turning) {
     auto it = blocks_.find(addr);
@@ -1220,16 +1252,15 @@ std::size_t arena::reserved_bytes() const noexcept {
 // mapped: the largest of them is the largest mapped free block, as pool_stats documents.
 std::size_t arena::largest_free_block() const {
   std::size_t best = ready_.empty() ? 0 : ready_.rbegin()->first;
-  for (const auto& [s, idx] : owned_)
-    if (!idx.empty()) best = std::max(best, idx.rbegin()->first);
+  for (const auto& [s, o] : owned_) for_each_owned(o, [&](std::uintptr_t, const block& b) { best = std::max(best, b.size); });
   return best;
 }
 
 std::vector<oom_report::stream_cache> arena::owned_free_per_stream() const {
   std::vector<oom_report::stream_cache> out;
-  for (const auto& [s, idx] : owned_) {
+  for (const auto& [s, o] : owned_) {
     std::size_t bytes = 0;
-    for (const auto& [size, addr] : idx) bytes += size;
+    for_each_owned(o, [&](std::uintptr_t, const block& b) { bytes += b.size; });
     out.push_back({s, bytes});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.stream < b.stream; });
@@ -1307,7 +1338,8 @@ void arena::check() const {
       case state::owned: {
         ++owned_count;
         auto o = owned_.find(b.stream);
-        if (o == owned_.end() || !o->second.count({b.size, addr})) fail(fmt::format("owned block {:#x} missing from the index", addr));
+        if (o == owned_.end() || (!virtual_ && !o->second.by_size.count({b.size, addr})))
+          fail(fmt::format("owned block {:#x} missing from the index", addr));
         break;
       }
       case state::waiting: break;
@@ -1337,8 +1369,25 @@ void arena::check() const {
     for (const auto& [a, n] : run_at_)
       if (!runs_.count({n, a})) fail(fmt::format("run {:#x} missing from the size index", a));
   }
+  // Each stream's list links owned blocks of that stream, each once (prev and next agree), as many
+  // as it counts; with every owned block's stream listed (above) and the sum equal to the owned
+  // blocks counted, every owned block is in its list.
   std::size_t owned_indexed = 0;
-  for (const auto& [s, idx] : owned_) owned_indexed += idx.size();
+  for (const auto& [s, o] : owned_) {
+    if (o.empty()) fail(fmt::format("stream {:#x} has an empty owned index", s));
+    owned_indexed += o.by_size.size();
+    std::size_t listed = 0;
+    for (const block_node* n = o.head; n; n = n->second.owned_next) {
+      const block& b = n->second;
+      if (b.st != state::owned || b.stream != s || blocks_.find(n->first) == blocks_.end() ||
+          &*blocks_.find(n->first) != n)
+        fail(fmt::format("the owned list of stream {:#x} holds {:#x}, not an owned block of that stream", s, n->first));
+      if (b.owned_next && b.owned_next->second.owned_prev != n) fail(fmt::format("the owned list breaks at {:#x}", n->first));
+      if (++listed > o.count) fail(fmt::format("the owned list of stream {:#x} is longer than its count", s));
+    }
+    if (listed != o.count || (!virtual_ && o.head)) fail(fmt::format("the owned list of stream {:#x} is off", s));
+    owned_indexed += listed;
+  }
   if (owned_count != owned_indexed) fail("an owned index holds blocks that are not owned");
   if (virtual_) {
     std::size_t mapped = 0;

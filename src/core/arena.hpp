@@ -167,6 +167,8 @@ class arena {
  private:
   // retiring: a handle's old place after a stream-ordered move; in no index, in no run, busy.
   enum class state : std::uint8_t { live, owned, ready, waiting, retiring };
+  struct block;
+  using block_node = std::pair<const std::uintptr_t, block>;  // a block_map element
   struct block {
     std::size_t size;
     std::uint32_t segment;
@@ -175,14 +177,38 @@ class arena {
     stream_ref stream;           // live: allocating stream; owned: owner
     std::uint64_t seq;           // owned: the free's sequence on `stream`; retiring: the last one's
     std::vector<stream_mark> waits;  // waiting: all must be met
+    // Owned, on a virtual upstream: its neighbours in its stream's list (owned_blocks).
+    block_node* owned_prev = nullptr;
+    block_node* owned_next = nullptr;
   };
   using block_map = recycled_map<std::uintptr_t, block>;
   using free_index = recycled_set<std::pair<std::size_t, std::uintptr_t>>;
+  // One stream's owned free blocks. Plain upstreams find the best fit among them by size
+  // (`by_size`). Virtual upstreams place by runs (`place`) and never ask them by size on a
+  // request's path, so there they are a list linked through the blocks themselves: a free and
+  // the coalescing after it link and unlink in a few instructions, where the ordered set cost a
+  // node, a search and a rebalance each (bert's and resnet's warm replays spent 26 and 21 of
+  // their ~350 instructions per operation on it). The few that want them by size (move_pending,
+  // largest_free_block) sort or scan.
+  struct owned_blocks {
+    free_index by_size;            // plain upstreams
+    block_node* head = nullptr;    // virtual upstreams
+    std::size_t count = 0;         // virtual upstreams
+    explicit owned_blocks(node_recycler& r) : by_size(free_index::allocator_type(r)) {}
+    bool empty() const noexcept { return head == nullptr && by_size.empty(); }
+  };
   struct segment { std::uintptr_t base; std::size_t size; bool alive; };
 
   free_index& index_of(const block& b);
+  owned_blocks& owned_of(stream_ref s);  // made if none
   void index_insert(block_map::iterator it);
   void index_erase(block_map::iterator it);
+  // Calls f(address, block) for each of `o`'s blocks (in no particular order).
+  template <class F>
+  void for_each_owned(const owned_blocks& o, F&& f) const {
+    for (const auto& [size, addr] : o.by_size) f(addr, blocks_.at(addr));
+    for (const block_node* n = o.head; n; n = n->second.owned_next) f(n->first, n->second);
+  }
   block_map::iterator coalesce(block_map::iterator it);
   // Splits block `b` (in no index) at `at`: `b` keeps [.., at), the returned block (in no index,
   // same state) holds the rest.
@@ -316,8 +342,8 @@ class arena {
   block_map blocks_{block_map::allocator_type(nodes_)};
   free_index ready_{free_index::allocator_type(nodes_)};  // ready blocks; on a virtual upstream the mapped ones
   free_index void_{free_index::allocator_type(nodes_)};   // virtual: unmapped ready blocks
-  std::unordered_map<stream_ref, free_index> owned_;
-  free_index* owned_last_ = nullptr;  // index_of's memory: owned_[owned_last_stream_], until erased
+  std::unordered_map<stream_ref, owned_blocks> owned_;  // an entry for each stream that owns free blocks
+  owned_blocks* owned_last_ = nullptr;  // owned_of's memory: owned_[owned_last_stream_], until erased
   stream_ref owned_last_stream_ = 0;
   std::vector<std::uintptr_t> waiting_;  // addresses of waiting blocks
   std::vector<segment> segments_;
