@@ -916,7 +916,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
     }
     fc.lock.owner_unlock_tried();
   }
-  return p.allocate_general(bytes, alignment, s);
+  return p.allocate_general(bytes, align, s);  // the same request: `alignment` is no longer needed
 }
 
 // Every allocation the common path above did not serve: the calling thread's front cache, under
