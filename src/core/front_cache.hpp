@@ -199,6 +199,18 @@ class alignas(64) front_cache {
     const std::uint32_t* i = index.find(a);
     return i && recs[*i].live() ? &recs[*i] : nullptr;
   }
+  // Cached block `i`, out of its bin, becomes the caller's: `bytes` requested on `s` at
+  // 2^align_log2. Returns its record (the caller accounts the live bytes to the pool).
+  [[gnu::always_inline]] block_rec& hand_out(std::uint32_t i, std::size_t bytes, stream_ref s,
+                                             std::uint8_t align_log2) noexcept {
+    block_rec& r = recs[i];
+    r.bytes = bytes;
+    r.stream = s;
+    r.align_log2 = align_log2;
+    r.state = rec_live;
+    live_bytes += bytes;
+    return r;
+  }
   // A block enters the front cache (live or cached); returns its record.
   std::uint32_t adopt(const block_rec& r) {
     std::uint32_t i;
