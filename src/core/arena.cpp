@@ -475,7 +475,8 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
 // entry changes in place where it keeps its rank by size (run_by_size), else moves its node — no
 // node freed and taken again.
 void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size) {
-  const auto at = runs_.find({r->second, r->first});
+  run_entry& run = r->second;
+  const auto at = run.by_size;
   const run_by_size now{size, start};
   if ((at == runs_.begin() || *std::prev(at) < now) && (std::next(at) == runs_.end() || now < *std::next(at))) {
     at->size = size;
@@ -483,16 +484,13 @@ void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t s
   } else {
     auto by_size = runs_.extract(at);
     by_size.value() = now;
-    runs_.insert(std::move(by_size));
+    run.by_size = runs_.insert(std::move(by_size)).position;
   }
-  if (start == r->first) {
-    r->second = size;
-    return;
-  }
+  run.size = size;
+  if (start == r->first) return;
   const auto after = std::next(r);
   auto node = run_at_.extract(r);
   node.key() = start;
-  node.mapped() = size;
   run_at_.insert(after, std::move(node));
 }
 
@@ -500,12 +498,12 @@ void arena::run_add(std::uintptr_t a, std::size_t n) {
   auto next = run_at_.lower_bound(a);
   const bool joins_next = next != run_at_.end() && next->first == a + n;
   if (next != run_at_.begin()) {
-    if (auto prev = std::prev(next); prev->first + prev->second == a) {
+    if (auto prev = std::prev(next); prev->first + prev->second.size == a) {
       // Grows the run before it, and swallows the one after it.
-      std::size_t grown = prev->second + n;
+      std::size_t grown = prev->second.size + n;
       if (joins_next) {
-        grown += next->second;
-        runs_.erase({next->second, next->first});
+        grown += next->second.size;
+        runs_.erase(next->second.by_size);
         run_at_.erase(next);
       }
       reshape_run(prev, prev->first, grown);
@@ -513,27 +511,23 @@ void arena::run_add(std::uintptr_t a, std::size_t n) {
     }
   }
   if (joins_next) {
-    reshape_run(next, a, next->second + n);  // the run after it now starts at `a`
+    reshape_run(next, a, next->second.size + n);  // the run after it now starts at `a`
     return;
   }
-  run_at_.emplace_hint(next, a, n);
-  runs_.insert(run_by_size{n, a});
+  run_at_.emplace_hint(next, a, run_entry{n, runs_.insert(run_by_size{n, a}).first});
 }
 
 void arena::run_remove(std::uintptr_t a, std::size_t n) {
   auto r = std::prev(run_at_.upper_bound(a));
-  const std::uintptr_t lo = r->first, hi = r->first + r->second, e = a + n;
+  const std::uintptr_t lo = r->first, hi = r->first + r->second.size, e = a + n;
   if (lo < a) {
     // The run keeps its start and shrinks; what lies past the block is a run of its own.
     reshape_run(r, lo, a - lo);
-    if (e < hi) {
-      run_at_.emplace_hint(std::next(r), e, hi - e);
-      runs_.insert(run_by_size{hi - e, e});
-    }
+    if (e < hi) run_at_.emplace_hint(std::next(r), e, run_entry{hi - e, runs_.insert(run_by_size{hi - e, e}).first});
   } else if (e < hi) {
     reshape_run(r, e, hi - e);  // the block takes the run's front
   } else {
-    runs_.erase({r->second, lo});
+    runs_.erase(r->second.by_size);
     run_at_.erase(r);
   }
 }
@@ -1364,10 +1358,13 @@ void arena::check() const {
   if (allocated != allocated_) fail(fmt::format("allocated bytes {} != counted {}", allocated_, allocated));
   if (ready_count != ready_.size() || void_count != void_.size()) fail("a ready index holds blocks that are not ready");
   if (virtual_) {
-    if (!std::equal(runs.begin(), runs.end(), run_at_.begin(), run_at_.end()) || runs_.size() != run_at_.size())
+    if (!std::equal(runs.begin(), runs.end(), run_at_.begin(), run_at_.end(),
+                    [](const auto& x, const auto& y) { return x.first == y.first && x.second == y.second.size; }) ||
+        runs_.size() != run_at_.size())
       fail("the run index is off");
-    for (const auto& [a, n] : run_at_)
-      if (!runs_.count({n, a})) fail(fmt::format("run {:#x} missing from the size index", a));
+    for (const auto& [a, run] : run_at_)
+      if (run.by_size->start != a || run.by_size->size != run.size || !runs_.count({run.size, a}))
+        fail(fmt::format("run {:#x} missing from the size index", a));
   }
   // Each stream's list links owned blocks of that stream, each once (prev and next agree), as many
   // as it counts; with every owned block's stream listed (above) and the sum equal to the owned

@@ -315,7 +315,6 @@ class arena {
   // [a, e) — inside one ready block of the other kind — becomes mapped (or unmapped) ready memory.
   void set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped);
   void run_add(std::uintptr_t a, std::size_t n);     // [a, a + n) became free (owned or ready)
-  using run_map = recycled_map<std::uintptr_t, std::size_t>;  // run start -> length
   // A run in runs_, ordered by size, then start. Its fields are mutable so reshape_run can change
   // a run in place where it keeps its rank among the others, which is most of the time (a run
   // loses or gains a block at one end): no node taken out and put back, no search for its new
@@ -325,6 +324,14 @@ class arena {
     mutable std::uintptr_t start;
     auto operator<=>(const run_by_size&) const = default;
   };
+  using run_set = recycled_set<run_by_size>;
+  // A run in run_at_: its length, and its entry in runs_ (so a run that changes finds that entry
+  // without a search).
+  struct run_entry {
+    std::size_t size;
+    run_set::iterator by_size;
+  };
+  using run_map = recycled_map<std::uintptr_t, run_entry>;  // run start -> length, runs_ entry
   // Run `r` becomes [start, start + size), still between its neighbours: its entries in run_at_
   // and runs_ change where they are.
   void reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size);
@@ -378,7 +385,7 @@ class arena {
   std::size_t high_water_ = 0;                    // end of the highest block ever live, relative
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
   run_map run_at_{run_map::allocator_type(nodes_)};
-  recycled_set<run_by_size> runs_{recycled<run_by_size>(nodes_)};
+  run_set runs_{run_set::allocator_type(nodes_)};
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;
 
