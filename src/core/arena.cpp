@@ -232,7 +232,8 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
       return 0;
     start = other;
   }
-  return carve_window(start, size, s);
+  // On mapped memory nothing changed the blocks since `place` found the one that holds it.
+  return carve_window(start, size, s, cost == 0 ? placed_in_ : blocks_.end());
 }
 
 bool arena::foreign_owned(stream_ref s) const {
@@ -258,9 +259,9 @@ void arena::cut_at(std::uintptr_t x) {
 
 // Every granule under [start, start + size) is mapped and every block over it ready or owned by
 // `s`: they become one live block; what they had outside the window stays free as it was.
-std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, stream_ref s) {
+std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, stream_ref s, block_map::iterator holder) {
   const std::uintptr_t end = start + size;
-  auto it = block_at(start);
+  auto it = holder != blocks_.end() ? holder : block_at(start);
   const std::uint32_t segment = it->second.segment;
   if (it->first < start) {
     index_erase(it);
@@ -376,6 +377,7 @@ std::size_t arena::unmapped_granules(std::uintptr_t a, std::size_t n, std::size_
 bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::size_t runs, std::uintptr_t& start,
                   std::size_t& cost) {
   cost = SIZE_MAX;
+  placed_in_ = blocks_.end();
   const std::uintptr_t mask = ~static_cast<std::uintptr_t>(alignment - 1);
   const bool all = runs == SIZE_MAX;
   // `first`: the block at `lo`. A place inside one mapped block (ready mapped, or owned: busy, so
@@ -393,6 +395,7 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
       if (c < cost) {
         cost = c;
         start = at;
+        placed_in_ = inside ? in : blocks_.end();
       }
     };
     try_at(align_up(lo, alignment), first);

@@ -235,7 +235,8 @@ class arena {
   bool place(std::size_t size, std::size_t alignment, stream_ref s, std::size_t runs, std::uintptr_t& start,
              std::size_t& cost);
   bool foreign_owned(stream_ref s) const;  // another stream owns free blocks
-  std::uintptr_t carve_window(std::uintptr_t start, std::size_t size, stream_ref s);
+  // `holder`: the block that holds `start`, if the caller knows it (else blocks_.end()).
+  std::uintptr_t carve_window(std::uintptr_t start, std::size_t size, stream_ref s, block_map::iterator holder);
   // A physical handle of `granules` granules, mapped or spare.
   struct piece {
     physical_handle h;
@@ -353,6 +354,9 @@ class arena {
   owned_blocks* owned_last_ = nullptr;  // owned_of's memory: owned_[owned_last_stream_], until erased
   stream_ref owned_last_stream_ = 0;
   std::vector<std::uintptr_t> waiting_;  // addresses of waiting blocks
+  // Set by `place`: the mapped block that holds the whole place it chose, where it saw one (its
+  // granules need no count); else blocks_.end(). Valid until the blocks change.
+  block_map::iterator placed_in_ = blocks_.end();
   std::vector<segment> segments_;
   std::size_t segment_bytes_ = 0;        // plain: sum of live segments
   std::size_t allocated_ = 0;            // bytes in live blocks
