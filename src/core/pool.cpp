@@ -376,13 +376,16 @@ struct pool::impl {
     return large_budget ? grown_budget(fc, r) : opts.front_cache_bytes;
   }
   // Inlined: the free's common path calls nothing (pool::deallocate).
+  // Byte counts are far below 2^63 (a request is at most 2^47 bytes), so they convert as signed
+  // integers: one instruction, where an unsigned conversion branches on the top bit. Exact as far
+  // as a double holds the count, the same as the unsigned conversion.
+  static double as_double(std::size_t bytes) noexcept { return static_cast<double>(static_cast<std::int64_t>(bytes)); }
   [[gnu::always_inline]] std::size_t grown_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
     const std::size_t fixed = opts.front_cache_bytes;
     // Growing first, a share of live now (what it keeps adds to reserved); by default, of the
     // thread's peak (what it keeps is flushed before the pool grows).
-    auto share = static_cast<std::size_t>(
-        grow_first ? static_cast<double>(fc.live_bytes) * opts.front_cache_grow_fraction
-                   : static_cast<double>(fc.peak_live) * opts.front_cache_peak_fraction);
+    auto share = static_cast<std::size_t>(grow_first ? as_double(fc.live_bytes) * opts.front_cache_grow_fraction
+                                                     : as_double(fc.peak_live) * opts.front_cache_peak_fraction);
     if (!r || r->sl) return share > SIZE_MAX - fixed ? SIZE_MAX : fixed + share;
     if (grow_first && within_headroom(fc)) share = std::max(share, fc.peak_live - fc.live_bytes);
     return std::max(fixed, share > r->block_bytes ? share - r->block_bytes + 1 : 0);
@@ -397,8 +400,8 @@ struct pool::impl {
   [[gnu::always_inline]] bool within_headroom(const detail::front_cache& fc) const {
     if (fc.peak_live <= fc.live_bytes || opts.front_cache_reserve_headroom <= 0) return false;
     const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
-    return static_cast<double>(reserved_published.load(std::memory_order_relaxed)) <=
-           (1.0 + opts.front_cache_reserve_headroom) * static_cast<double>(peak);
+    return as_double(reserved_published.load(std::memory_order_relaxed)) <=
+           (1.0 + opts.front_cache_reserve_headroom) * as_double(peak);
   }
 
   // --- The front tier's exchanges with its stream's slabs (under the front cache's lock and one
