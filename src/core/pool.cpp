@@ -236,6 +236,13 @@ struct pool::impl {
   // under the front cache's lock). The common paths call it so that they call nothing themselves.
   [[gnu::always_inline]] bool account_quietly(detail::front_cache& fc, std::ptrdiff_t delta) {
     if (fc.live_bytes > fc.peak_live) fc.peak_live = fc.live_bytes;
+    return publish_due_after(fc, delta);
+  }
+  // The same for a free: live bytes fell, so the peak stands (no test for it on the free's path).
+  [[gnu::always_inline]] bool account_free_quietly(detail::front_cache& fc, std::size_t bytes) {
+    return publish_due_after(fc, -static_cast<std::ptrdiff_t>(bytes));
+  }
+  [[gnu::always_inline]] bool publish_due_after(detail::front_cache& fc, std::ptrdiff_t delta) {
     if (front_count.load(std::memory_order_relaxed) <= 1) [[likely]]
       return false;
     fc.unpublished += delta;
@@ -1034,7 +1041,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
             alignment - 1 < r.alignment() && x.limit) [[likely]] {
           r.state = detail::rec_cached;
           fc.live_bytes -= bytes;
-          const bool publish_due = p.account_quietly(fc, -static_cast<std::ptrdiff_t>(bytes));
+          const bool publish_due = p.account_free_quietly(fc, bytes);
           if (fc.push_into(*sb, x, r, i, p.cache_budget(fc, *sb, &r))) [[likely]] {
             ++fc.fast_frees;
             if (publish_due) [[unlikely]]
