@@ -1379,8 +1379,8 @@ void arena::check() const {
     std::size_t listed = 0;
     for (const block_node* n = o.head; n; n = n->second.owned_next) {
       const block& b = n->second;
-      if (b.st != state::owned || b.stream != s || blocks_.find(n->first) == blocks_.end() ||
-          &*blocks_.find(n->first) != n)
+      const auto at = blocks_.find(n->first);
+      if (b.st != state::owned || b.stream != s || at == blocks_.end() || &*at != n)
         fail(fmt::format("the owned list of stream {:#x} holds {:#x}, not an owned block of that stream", s, n->first));
       if (b.owned_next && b.owned_next->second.owned_prev != n) fail(fmt::format("the owned list breaks at {:#x}", n->first));
       if (++listed > o.count) fail(fmt::format("the owned list of stream {:#x} is longer than its count", s));

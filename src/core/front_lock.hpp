@@ -23,24 +23,10 @@ void heavy_fence() noexcept;
 
 class front_lock {
  public:
-  // Owner side. Returns with the lock held.
-  void owner_lock() noexcept {
-    if (asymmetric_) {
-      owner_in_.store(true, std::memory_order_relaxed);
-      std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the store before the load
-      if (!foreign_.load(std::memory_order_acquire)) return;
-      owner_in_.store(false, std::memory_order_release);
-    }
-    // A foreign thread holds or wants it: queue on the mutex. No heavy fence: the mutex alone keeps
-    // foreign threads out while the owner holds it, and a fence here, taken by every owner that met
-    // a flush, interrupted every core once per owner.
-    m_.lock();
-    owner_took_slow_ = true;
-  }
-  // Owner side, the common path only: true with the lock held, when no foreign thread holds or
-  // wants it and the asymmetric fence is there; else false, and nothing held (the caller goes on
-  // to owner_lock, off its common path). It calls nothing, so a caller that does no more than
-  // this on its common path saves no register for it (pool.cpp, pool::allocate).
+  // Owner side, the common path only: true with the lock held, when the asymmetric fence is there
+  // and no foreign thread holds or wants the lock; else false, and nothing held. It calls nothing,
+  // so the common allocate and free inline it whole (pool.cpp, pool::allocate) and go on to the
+  // general path, which takes owner_lock, when it fails.
   [[gnu::always_inline]] bool owner_try_lock() noexcept {
     if (!asymmetric_) return false;
     owner_in_.store(true, std::memory_order_relaxed);
@@ -52,13 +38,22 @@ class front_lock {
   }
   // Releases what owner_try_lock took.
   [[gnu::always_inline]] void owner_unlock_tried() noexcept { owner_in_.store(false, std::memory_order_release); }
+  // Owner side. Returns with the lock held.
+  void owner_lock() noexcept {
+    if (owner_try_lock()) return;
+    // A foreign thread holds or wants it (or there is no asymmetric fence): queue on the mutex. No
+    // heavy fence: the mutex alone keeps foreign threads out while the owner holds it, and a fence
+    // here, taken by every owner that met a flush, interrupted every core once per owner.
+    m_.lock();
+    owner_took_slow_ = true;
+  }
   void owner_unlock() noexcept {
     if (owner_took_slow_) {
       owner_took_slow_ = false;
       m_.unlock();
       return;
     }
-    owner_in_.store(false, std::memory_order_release);
+    owner_unlock_tried();
   }
 
   // Foreign side for many locks at once (the pool's lock held, so no other thread does this):

@@ -382,11 +382,11 @@ struct pool::impl {
   std::size_t full_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
     return large_budget ? grown_budget(fc, r) : opts.front_cache_bytes;
   }
-  // Inlined: the free's common path calls nothing (pool::deallocate).
   // Byte counts are far below 2^63 (a request is at most 2^47 bytes), so they convert as signed
   // integers: one instruction, where an unsigned conversion branches on the top bit. Exact as far
   // as a double holds the count, the same as the unsigned conversion.
   static double as_double(std::size_t bytes) noexcept { return static_cast<double>(static_cast<std::int64_t>(bytes)); }
+  // Inlined: the free's common path calls nothing but in tail position (pool::deallocate).
   [[gnu::always_inline]] std::size_t grown_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
     const std::size_t fixed = opts.front_cache_bytes;
     // Growing first, a share of live now (what it keeps adds to reserved); by default, of the
@@ -903,10 +903,10 @@ namespace {
 // The common path: the newest block of the request's class in the calling thread's front cache,
 // on the stream of the thread's latest call, under the cache's own lock only. It calls nothing but
 // in tail position — anything else (bad arguments, another pool or stream, an empty bin, a lock a
-// foreign thread wants) starts over in allocate_general — so the compiler saves no register and
-// builds less of a frame for it (GCC still saves registers for the arguments the tail calls pass
-// on): a warm alloc+free pair on the simulated device ran 241-247 instructions with the general
-// path's steps inline here, 227-232 without.
+// foreign thread wants) starts over in allocate_general — so the compiler builds less of a frame
+// for it (GCC still saves six registers, for the arguments the tail calls pass on): a warm
+// alloc+free pair on the simulated device ran 241-247 instructions with the general path's steps
+// inline here, 227-233 without (bench/RESULTS.md, session 16).
 void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   impl& p = *impl_;
   if (bytes - 1 >= absurd_bytes || (alignment & (alignment - 1)) != 0 || alignment - 1 >= p.granule ||
