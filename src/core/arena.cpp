@@ -473,13 +473,11 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
   make_free(it);  // merges with neighbours of its new kind
 }
 
-// Runs change by the thousand per second on a busy pool: a run that keeps its start is updated in
-// place in run_at_, one whose start moves (in the same order) carries its node there. Its runs_
-// entry changes in place where it keeps its rank by size (run_by_size), else moves its node — no
-// node freed and taken again.
+// Runs change by the thousand per second on a busy pool, and both their entries change in place:
+// in run_at_ always (runs never overlap, so a run keeps its rank by start), in runs_ where the run
+// keeps its rank by size (run_by_size), else its node moves — no node freed and taken again.
 void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size) {
-  run_entry& run = r->second;
-  const auto at = run.by_size;
+  const auto at = r->by_size;
   const run_by_size now{size, start};
   if ((at == runs_.begin() || *std::prev(at) < now) && (std::next(at) == runs_.end() || now < *std::next(at))) {
     at->size = size;
@@ -487,50 +485,46 @@ void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t s
   } else {
     auto by_size = runs_.extract(at);
     by_size.value() = now;
-    run.by_size = runs_.insert(std::move(by_size)).position;
+    r->by_size = runs_.insert(std::move(by_size)).position;
   }
-  run.size = size;
-  if (start == r->first) return;
-  const auto after = std::next(r);
-  auto node = run_at_.extract(r);
-  node.key() = start;
-  run_at_.insert(after, std::move(node));
+  r->start = start;
+  r->size = size;
 }
 
 void arena::run_add(std::uintptr_t a, std::size_t n) {
   auto next = run_at_.lower_bound(a);
-  const bool joins_next = next != run_at_.end() && next->first == a + n;
+  const bool joins_next = next != run_at_.end() && next->start == a + n;
   if (next != run_at_.begin()) {
-    if (auto prev = std::prev(next); prev->first + prev->second.size == a) {
+    if (auto prev = std::prev(next); prev->start + prev->size == a) {
       // Grows the run before it, and swallows the one after it.
-      std::size_t grown = prev->second.size + n;
+      std::size_t grown = prev->size + n;
       if (joins_next) {
-        grown += next->second.size;
-        runs_.erase(next->second.by_size);
+        grown += next->size;
+        runs_.erase(next->by_size);
         run_at_.erase(next);
       }
-      reshape_run(prev, prev->first, grown);
+      reshape_run(prev, prev->start, grown);
       return;
     }
   }
   if (joins_next) {
-    reshape_run(next, a, next->second.size + n);  // the run after it now starts at `a`
+    reshape_run(next, a, next->size + n);  // the run after it now starts at `a`
     return;
   }
-  run_at_.emplace_hint(next, a, run_entry{n, runs_.insert(run_by_size{n, a}).first});
+  run_at_.emplace_hint(next, run_entry{a, n, runs_.insert(run_by_size{n, a}).first});
 }
 
 void arena::run_remove(std::uintptr_t a, std::size_t n) {
   auto r = std::prev(run_at_.upper_bound(a));
-  const std::uintptr_t lo = r->first, hi = r->first + r->second.size, e = a + n;
+  const std::uintptr_t lo = r->start, hi = r->start + r->size, e = a + n;
   if (lo < a) {
     // The run keeps its start and shrinks; what lies past the block is a run of its own.
     reshape_run(r, lo, a - lo);
-    if (e < hi) run_at_.emplace_hint(std::next(r), e, run_entry{hi - e, runs_.insert(run_by_size{hi - e, e}).first});
+    if (e < hi) run_at_.emplace_hint(std::next(r), run_entry{e, hi - e, runs_.insert(run_by_size{hi - e, e}).first});
   } else if (e < hi) {
     reshape_run(r, e, hi - e);  // the block takes the run's front
   } else {
-    runs_.erase(r->second.by_size);
+    runs_.erase(r->by_size);
     run_at_.erase(r);
   }
 }
@@ -1362,12 +1356,12 @@ void arena::check() const {
   if (ready_count != ready_.size() || void_count != void_.size()) fail("a ready index holds blocks that are not ready");
   if (virtual_) {
     if (!std::equal(runs.begin(), runs.end(), run_at_.begin(), run_at_.end(),
-                    [](const auto& x, const auto& y) { return x.first == y.first && x.second == y.second.size; }) ||
+                    [](const auto& x, const auto& y) { return x.first == y.start && x.second == y.size; }) ||
         runs_.size() != run_at_.size())
       fail("the run index is off");
-    for (const auto& [a, run] : run_at_)
-      if (run.by_size->start != a || run.by_size->size != run.size || !runs_.count({run.size, a}))
-        fail(fmt::format("run {:#x} missing from the size index", a));
+    for (const run_entry& run : run_at_)
+      if (run.by_size->start != run.start || run.by_size->size != run.size || !runs_.count({run.size, run.start}))
+        fail(fmt::format("run {:#x} missing from the size index", run.start));
   }
   // Each stream's list links owned blocks of that stream, each once (prev and next agree), as many
   // as it counts; with every owned block's stream listed (above) and the sum equal to the owned

@@ -326,13 +326,23 @@ class arena {
     auto operator<=>(const run_by_size&) const = default;
   };
   using run_set = recycled_set<run_by_size>;
-  // A run in run_at_: its length, and its entry in runs_ (so a run that changes finds that entry
-  // without a search).
+  // A run in run_at_, ordered by start: its length, and its entry in runs_ (so a run that changes
+  // finds that entry without a search). Mutable for the same reason as run_by_size: runs never
+  // overlap, so a run that gains or loses a block at its front keeps its rank by start, and its
+  // start changes in place (taking the node out and putting it back cost ~150 instructions on
+  // every carve from a run's front and every free just before one).
   struct run_entry {
-    std::size_t size;
-    run_set::iterator by_size;
+    mutable std::uintptr_t start;
+    mutable std::size_t size;
+    mutable run_set::iterator by_size;
   };
-  using run_map = recycled_map<std::uintptr_t, run_entry>;  // run start -> length, runs_ entry
+  struct by_start {
+    using is_transparent = void;  // looked up by address
+    bool operator()(const run_entry& x, const run_entry& y) const noexcept { return x.start < y.start; }
+    bool operator()(const run_entry& x, std::uintptr_t a) const noexcept { return x.start < a; }
+    bool operator()(std::uintptr_t a, const run_entry& y) const noexcept { return a < y.start; }
+  };
+  using run_map = std::set<run_entry, by_start, recycled<run_entry>>;
   // Run `r` becomes [start, start + size), still between its neighbours: its entries in run_at_
   // and runs_ change where they are.
   void reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size);
