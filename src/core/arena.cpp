@@ -15,7 +15,8 @@ void set_why(std::string* why, std::string text) {
 }  // namespace
 
 arena::arena(upstream& up, stream_clock& clock, arena_options opts)
-    : up_(up), clock_(clock), opts_(opts), virtual_(up.supports_virtual()), granule_(up.granularity()) {
+    : up_(up), clock_(clock), opts_(opts), virtual_(up.supports_virtual()), granule_(up.granularity()),
+      granule_log2_(std::countr_zero(granule_)) {
   if (!is_power_of_two(granule_) || granule_ < unit)
     throw std::invalid_argument(fmt::format("arena: upstream granularity {} is not a power of two >= {}", granule_, unit));
   if (!virtual_) return;
@@ -26,6 +27,7 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   segments_.push_back({range_base_, range_bytes_, true});
   const std::size_t granules = range_bytes_ / granule_;
   granule_handle_.assign(granules, physical_handle{0});
+  mapped_bits_.assign(granules);
   handle_head_.assign(granules, 0);
   handle_granules_.assign(granules, 0);
   max_handle_granules_ = std::max<std::size_t>(1, opts_.max_handle_bytes / granule_);
@@ -47,7 +49,10 @@ arena::~arena() {
     for (std::uintptr_t a : retiring_) {
       const std::size_t g0 = granule_of(a), g1 = granule_of(a + blocks_.at(a).size);
       up_.unmap(reinterpret_cast<void*>(a), (g1 - g0) * granule_);
-      for (std::size_t g = g0; g < g1; ++g) granule_handle_[g] = physical_handle{0};
+      for (std::size_t g = g0; g < g1; ++g) {
+        granule_handle_[g] = physical_handle{0};
+        mapped_bits_.clear(g);
+      }
     }
     for (std::size_t g = 0; g < granule_handle_.size();) {
       if (granule_handle_[g].value == 0) {
@@ -361,11 +366,10 @@ arena::block_map::iterator arena::block_at(std::uintptr_t a) {
   return std::prev(it);
 }
 
-std::size_t arena::unmapped_granules(std::uintptr_t a, std::size_t n, std::size_t enough) const {
-  std::size_t count = 0;
-  for (std::size_t g = granule_of(a); granule_addr(g) < a + n && count < enough; ++g)
-    count += granule_handle_[g].value == 0;
-  return count;
+// Inlined into `place`, its one caller, which asks it for every candidate place.
+[[gnu::always_inline]] inline std::size_t arena::unmapped_granules(std::uintptr_t a, std::size_t n, std::size_t enough) const {
+  const std::size_t g0 = granule_of(a), g1 = (a + n - range_base_ + granule_ - 1) >> granule_log2_;
+  return std::min(g1 - g0 - mapped_bits_.count(g0, g1), enough);
 }
 
 // Runs are best-fit by size; a run with blocks another stream owns splits into the stretches
@@ -571,6 +575,7 @@ void arena::map_pieces(std::size_t g0, const piece* pieces, std::size_t count, s
       if (pieces[done].granules == 1) home_[pieces[done].h.value] = g;
       for (std::size_t k = 0; k < pieces[done].granules; ++k, ++g) {
         granule_handle_[g] = pieces[done].h;
+        mapped_bits_.set(g);
         handle_head_[g] = static_cast<std::uint32_t>(k);
         handle_granules_[g] = static_cast<std::uint32_t>(pieces[done].granules);
         idle_.insert(g);  // until the block over it is carved
@@ -610,6 +615,7 @@ void arena::leave_granule(std::size_t g, bool keep) {
     ++driver_unmaps_;
   }
   granule_handle_[g] = physical_handle{0};
+  mapped_bits_.clear(g);
   handle_head_[g] = handle_granules_[g] = 0;
   --mapped_;
   ++unmaps_;
@@ -1388,6 +1394,7 @@ void arena::check() const {
     for (std::size_t g = 0; g < busy_.size(); ++g) {
       const bool is_mapped = granule_handle_[g].value != 0;
       mapped += is_mapped;
+      if (mapped_bits_.test(g) != is_mapped) fail(fmt::format("granule {}'s mapped bit is off", g));
       if (busy[g] != busy_[g]) fail(fmt::format("granule {} busy bytes {} != counted {}", g, busy_[g], busy[g]));
       if (busy_[g] && !is_mapped) fail(fmt::format("granule {} is in use but not mapped", g));
       if (is_mapped && !busy_[g] && !idle_.count(g)) fail(fmt::format("granule {} is idle but not listed", g));

@@ -66,6 +66,7 @@
 // mapping until the arena maps it again. A kept mapping that another handle needs is unmapped
 // then (the deferred half of the move), and all of a handle's kept mappings go before the handle
 // goes back to the upstream.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -75,6 +76,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/granule_bits.hpp"
 #include "core/node_recycler.hpp"
 #include "core/stream_clock.hpp"
 #include "gpumem/pool.hpp"
@@ -228,7 +230,7 @@ class arena {
 
   // Virtual upstreams.
   std::uintptr_t granule_addr(std::size_t g) const noexcept { return range_base_ + g * granule_; }
-  std::size_t granule_of(std::uintptr_t a) const noexcept { return (a - range_base_) / granule_; }
+  std::size_t granule_of(std::uintptr_t a) const noexcept { return (a - range_base_) >> granule_log2_; }
   block_map::iterator block_at(std::uintptr_t a);  // the block containing `a`
   // Where in a free run stream `s` can use [start, start + size) needs the fewest granules mapped,
   // looking at up to `runs` of the best-fitting runs; false if none can hold it.
@@ -356,6 +358,7 @@ class arena {
   arena_options opts_;
   bool virtual_;
   std::size_t granule_;
+  int granule_log2_;  // granule_ is a power of two: granule_of shifts instead of dividing
   node_recycler nodes_;  // the nodes of the trees below (declared first: destroyed after them)
   block_map blocks_{block_map::allocator_type(nodes_)};
   free_index ready_{free_index::allocator_type(nodes_)};  // ready blocks; on a virtual upstream the mapped ones
@@ -376,6 +379,7 @@ class arena {
   std::uintptr_t range_base_ = 0;
   std::size_t range_bytes_ = 0;
   std::vector<physical_handle> granule_handle_;   // value 0: unmapped; a handle's every granule
+  granule_bits mapped_bits_;                      // granule_handle_[g] != 0, as bits (unmapped_granules)
   std::vector<std::uint32_t> handle_head_;        // mapped: how far the granule is from its handle's first
   std::vector<std::uint32_t> handle_granules_;    // mapped: its handle's size in granules
   std::size_t max_handle_granules_ = 1;
