@@ -28,6 +28,7 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   const std::size_t granules = range_bytes_ / granule_;
   granule_handle_.assign(granules, physical_handle{0});
   mapped_bits_.assign(granules);
+  idle_.assign(granules);
   handle_head_.assign(granules, 0);
   handle_granules_.assign(granules, 0);
   max_handle_granules_ = std::max<std::size_t>(1, opts_.max_handle_bytes / granule_);
@@ -725,12 +726,11 @@ void arena::charge_remap(std::uint64_t ns, std::size_t granules) {
 }
 
 std::size_t arena::top_idle_handle(std::size_t most, bool larger, std::size_t keep_lo, std::size_t keep_hi) const {
-  for (auto it = idle_.end(); it != idle_.begin();) {
-    const std::size_t g = *--it;
+  for (std::size_t g = idle_.last_below(granule_handle_.size()); g != granule_set::none;) {
     const std::size_t head = g - handle_head_[g], n = handle_granules_[g];
     const bool kept = head < keep_hi && head + n > keep_lo;
     if ((larger ? n > most : n <= most) && !kept && handle_idle(head)) return head;
-    it = idle_.lower_bound(head);  // the rest of this handle is no better
+    g = idle_.last_below(head);  // the rest of this handle is no better
   }
   return SIZE_MAX;
 }
@@ -1397,8 +1397,8 @@ void arena::check() const {
       if (mapped_bits_.test(g) != is_mapped) fail(fmt::format("granule {}'s mapped bit is off", g));
       if (busy[g] != busy_[g]) fail(fmt::format("granule {} busy bytes {} != counted {}", g, busy_[g], busy[g]));
       if (busy_[g] && !is_mapped) fail(fmt::format("granule {} is in use but not mapped", g));
-      if (is_mapped && !busy_[g] && !idle_.count(g)) fail(fmt::format("granule {} is idle but not listed", g));
-      if ((!is_mapped || busy_[g]) && idle_.count(g)) fail(fmt::format("granule {} is listed idle but is not", g));
+      if (is_mapped && !busy_[g] && !idle_.contains(g)) fail(fmt::format("granule {} is idle but not listed", g));
+      if ((!is_mapped || busy_[g]) && idle_.contains(g)) fail(fmt::format("granule {} is listed idle but is not", g));
     }
     if (mapped != mapped_) fail("mapped granule count is off");
     for (std::size_t g = 0; g < busy_.size(); ++g) {

@@ -396,7 +396,7 @@ class arena {
   std::size_t kept_count_ = 0;
   std::vector<std::size_t> released_under_;  // first granules of retiring places whose handle went upstream
   std::uint64_t driver_maps_ = 0, driver_unmaps_ = 0;
-  recycled_set<std::size_t> idle_{recycled<std::size_t>(nodes_)};  // mapped granules with no busy byte
+  granule_set idle_;  // mapped granules with no busy byte
   std::vector<piece> spares_;                     // physical handles not mapped
   std::size_t spare_granules_ = 0;
   std::size_t mapped_ = 0;                        // granules mapped

@@ -1,11 +1,12 @@
-// The arena's mapped-granule bits: a count over any range agrees with counting one granule at a
-// time, across word edges, at the ends, and for empty ranges.
+// The arena's granule bits and sets: a count over any range agrees with counting one granule at a
+// time, across word edges, at the ends, and for empty ranges; a set answers as std::set does.
 #include "core/granule_bits.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <random>
+#include <set>
 #include <vector>
 
 namespace gpumem::detail {
@@ -48,6 +49,37 @@ TEST(GranuleBits, EdgesOfWordsAndTheWholeRange) {
   EXPECT_EQ(bits.count(255, 256), 1u) << "the last granule";
   bits.clear(63);
   EXPECT_EQ(bits.count(0, 128), 3u);
+}
+
+TEST(GranuleSet, AnswersAsStdSetDoes) {
+  constexpr std::size_t n = 5000;  // summary words past the first: sparse members far apart
+  granule_set idle;
+  idle.assign(n);
+  std::set<std::size_t> model;
+  std::mt19937_64 rng(11);
+  EXPECT_EQ(idle.last_below(n), granule_set::none) << "an empty set";
+  for (int step = 0; step < 4000; ++step) {
+    // Mostly few members, now and then a burst: both the sparse and the dense case.
+    const std::size_t g = step % 500 < 50 ? rng() % 200 : rng() % n;
+    if (rng() % 2) {
+      idle.insert(g);
+      model.insert(g);
+    } else {
+      idle.erase(g);
+      model.erase(g);
+    }
+    ASSERT_EQ(idle.size(), model.size());
+    ASSERT_EQ(idle.empty(), model.empty());
+    ASSERT_EQ(idle.contains(g), model.count(g) == 1);
+    const std::size_t below = rng() % (n + 1);
+    const auto it = model.lower_bound(below);
+    const std::size_t want = it == model.begin() ? granule_set::none : *std::prev(it);
+    ASSERT_EQ(idle.last_below(below), want) << "below " << below << " at step " << step;
+  }
+  // Walking down from the top visits every member once, highest first.
+  std::vector<std::size_t> walked;
+  for (std::size_t g = idle.last_below(n); g != granule_set::none; g = idle.last_below(g)) walked.push_back(g);
+  EXPECT_EQ(walked, std::vector<std::size_t>(model.rbegin(), model.rend()));
 }
 
 }  // namespace
