@@ -890,6 +890,7 @@ void arena::keep_unmapped(const piece& p) {
 void arena::add_spare(const piece& p) {
   spares_.push_back({p.h, p.granules, false});  // mapped later, it is memory moved, not grown
   spare_granules_ += p.granules;
+  largest_spare_ = std::max(largest_spare_, p.granules);
 }
 
 void arena::release_spare(std::size_t i) {
@@ -928,11 +929,18 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got, std::size_t wa
   const auto kept_lo = kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_lo, kept_end_));
   const auto kept_hi = kept_.begin() + static_cast<std::ptrdiff_t>(std::min(wanted_hi, kept_end_));
   auto wanted = [&](const piece& p) { return p.granules == 1 && std::find(kept_lo, kept_hi, p.h) != kept_hi; };
+  // The first of the largest that fit. None is larger than largest_spare_: once one that large
+  // is found, the rest need no look (by default every spare is one granule, and the pool asks
+  // for one at a time while it moves memory: the whole list was walked per granule).
+  if (spares_.empty()) largest_spare_ = 0;
+  const std::size_t enough = std::min(most, largest_spare_);
   std::size_t best = SIZE_MAX;
   for (std::size_t i = 0; i < spares_.size(); ++i)
     if (spares_[i].granules <= most && (best == SIZE_MAX || spares_[i].granules > spares_[best].granules) &&
-        !wanted(spares_[i]))
+        !wanted(spares_[i])) {
       best = i;
+      if (spares_[i].granules == enough) break;
+    }
   if (best == SIZE_MAX) return false;
   take_spare_at(best, got);
   return true;

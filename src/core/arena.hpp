@@ -399,6 +399,7 @@ class arena {
   granule_set idle_;  // mapped granules with no busy byte
   std::vector<piece> spares_;                     // physical handles not mapped
   std::size_t spare_granules_ = 0;
+  std::size_t largest_spare_ = 0;  // no spare is larger (in granules); reset when there is none
   std::size_t mapped_ = 0;                        // granules mapped
   std::size_t high_water_ = 0;                    // end of the highest block ever live, relative
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
