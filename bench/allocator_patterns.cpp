@@ -6,7 +6,8 @@
 //                  free a random one, allocate a new one
 //   threads        per thread: its own stream, 200 live blocks of 256 B - 1 MiB, random steps
 //                  (items_per_second aggregates all threads)
-//   replay/<trace> one pass of each trace in ../shared/traces (or $GPUMEM_TRACES) per iteration,
+//   replay/<trace> one pass of each trace in ../shared/traces (or $GPUMEM_TRACES) per iteration
+//                  through the loop of gpumem::replay and `gpumem bench` (replay_loop.hpp),
 //                  on a fresh pool per run (so the first pass is cold, the rest warm), by default
 //                  and growing first; time_per_op, and reserve = peak reserved / peak live over
 //                  all the run's passes
@@ -21,11 +22,12 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "gpumem/pool.hpp"
-#include "gpumem/replay.hpp"
+#include "gpumem/replay_loop.hpp"
+#include "gpumem/replay_plan.hpp"
 #include "gpumem/sim_device.hpp"
 #include "gpumem/trace.hpp"
 
@@ -160,84 +162,46 @@ BENCHMARK(threads<use_malloc>)->Name("threads/malloc")->Threads(1)->Threads(4)->
 
 // --- replay: the shared traces, one pass per iteration ------------------------------------------
 
-// A trace made ready before any clock starts: rows without a slot dropped, pointers as dense slots
-// (resolve_slots), the trace's streams numbered densely in order of first use (0 stays 0).
-struct replay_plan {
-  struct op {
-    std::uint64_t size;
-    std::uint32_t slot;
-    std::uint32_t stream;  // dense: 0 is the default stream
-    bool alloc;
-  };
-  std::vector<op> ops;
-  std::uint32_t slots = 0, streams = 1;
-  explicit replay_plan(const gpumem::trace& t) {
-    const gpumem::trace_slots r = gpumem::resolve_slots(t);
-    slots = r.count;
-    std::unordered_map<std::uint64_t, std::uint32_t> dense{{0, 0}};
-    for (std::size_t i = 0; i < t.records.size(); ++i) {
-      if (r.slot_of[i] == gpumem::trace_slots::no_slot) continue;
-      const gpumem::trace_record& rec = t.records[i];
-      const auto [it, fresh] = dense.try_emplace(rec.stream, streams);
-      if (fresh) ++streams;
-      ops.push_back({rec.size, r.slot_of[i], it->second, rec.action == gpumem::trace_action::allocate});
-    }
-  }
-};
-
-// Seconds per row of the trace, printed with its unit (e.g. 74.2ns).
-benchmark::Counter per_op(const replay_plan& plan) {
+// Seconds per op of the plan, printed with its unit (e.g. 74.2ns).
+benchmark::Counter per_op(const gpumem::replay_plan& plan) {
   return benchmark::Counter(double(plan.ops.size()),
                             benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-// One pass: every row in order; what the trace leaves live is freed after the clock stops.
+// One pass of the plan per iteration, through the loop gpumem::replay and `gpumem bench` time with
+// (replay_loop.hpp); what the trace leaves live is freed while the clock is paused.
 template <class Alloc>
-void replay_pass(benchmark::State& state, Alloc& a, const replay_plan& plan, const std::vector<stream_ref>& streams) {
-  struct live_block {
-    void* p = nullptr;
-    std::size_t bytes = 0;
-    stream_ref s = 0;
-  };
-  std::vector<live_block> live(plan.slots);
-  for (const replay_plan::op& o : plan.ops) {
-    live_block& b = live[o.slot];
-    const stream_ref s = streams[o.stream];
-    if (o.alloc) {
-      b = {a.alloc(o.size, s), o.size, s};
-    } else {
-      if (b.p) a.free(b.p, b.bytes, s);
-      b = {};
-    }
+void replay_passes(benchmark::State& state, Alloc& a, const gpumem::replay_plan& plan, std::vector<stream_ref> streams) {
+  gpumem::replay_loop<Alloc> loop(a, plan, std::move(streams));
+  for (auto _ : state) {
+    loop.run();
+    state.PauseTiming();
+    loop.free_live();
+    state.ResumeTiming();
   }
-  state.PauseTiming();
-  for (auto& b : live)
-    if (b.p) a.free(b.p, b.bytes, b.s);
-  state.ResumeTiming();
 }
 
-void replay_on_pool(benchmark::State& state, const replay_plan& plan, bool grow_first) {
+void replay_on_pool(benchmark::State& state, const gpumem::replay_plan& plan, bool grow_first) {
   gpumem::sim_device dev(sim_pool::opts());
   gpumem::pool_options po;
   po.grow_before_reclaim = grow_first;
   gpumem::pool pool(dev.memory(), dev.streams(), po);
   std::vector<stream_ref> streams{0};
-  for (std::uint32_t i = 1; i < plan.streams; ++i) streams.push_back(dev.create_stream());
+  while (streams.size() < plan.streams.size()) streams.push_back(dev.create_stream());
   struct on_pool {
     gpumem::pool& p;
     void* alloc(std::size_t b, stream_ref s) { return p.allocate(b, gpumem::default_alignment, s); }
     void free(void* q, std::size_t b, stream_ref s) { p.deallocate(q, b, gpumem::default_alignment, s); }
   } a{pool};
-  for (auto _ : state) replay_pass(state, a, plan, streams);
+  replay_passes(state, a, plan, std::move(streams));
   state.counters["time_per_op"] = per_op(plan);
   state.counters["reserve"] = pool.stats().fragmentation();
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(plan.ops.size()));
   pool.trim();
 }
 
-void replay_on_malloc(benchmark::State& state, const replay_plan& plan) {
-  const std::vector<stream_ref> streams(plan.streams, 0);
-  for (auto _ : state) replay_pass(state, use_malloc::get(), plan, streams);
+void replay_on_malloc(benchmark::State& state, const gpumem::replay_plan& plan) {
+  replay_passes(state, use_malloc::get(), plan, std::vector<stream_ref>(plan.streams.size(), 0));
   state.counters["time_per_op"] = per_op(plan);
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(plan.ops.size()));
 }
@@ -249,7 +213,7 @@ std::filesystem::path traces_folder() {
 }
 
 void register_replays() {
-  static std::vector<std::unique_ptr<replay_plan>> plans;  // alive while the benchmarks run
+  static std::vector<std::unique_ptr<gpumem::replay_plan>> plans;  // alive while the benchmarks run
   std::error_code ec;
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(traces_folder(), ec)) {
@@ -258,8 +222,8 @@ void register_replays() {
   }
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
-    plans.push_back(std::make_unique<replay_plan>(gpumem::read_trace(f)));
-    const replay_plan* plan = plans.back().get();
+    plans.push_back(std::make_unique<gpumem::replay_plan>(gpumem::make_replay_plan(gpumem::read_trace(f))));
+    const gpumem::replay_plan* plan = plans.back().get();
     std::string name = f.filename().string();
     name = name.substr(0, name.find('.'));
     benchmark::RegisterBenchmark(("replay/" + name + "/gpumem-sim").c_str(),

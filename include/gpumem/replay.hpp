@@ -1,6 +1,7 @@
 #pragma once
 // Replays a trace through a resource on the simulated device (or, with the CUDA layer, on the GPU)
-// and measures it. The engine behind `gpumem replay`, `doctor`, `report` and `bench`.
+// and measures it. The engine behind `gpumem replay`, `doctor` and `report`; its timed loop
+// (replay_loop.hpp) is the one `gpumem bench` times every allocator with.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -70,7 +71,10 @@ struct soak_pass {
   // unmapped, and the upstream calls that did it — what the slow path cost up to this pass's end.
   std::uint64_t granules_moved = 0;
   std::uint64_t map_unmap_calls = 0;
-  double seconds = 0.0;                    // since the soak began
+  // The passes' time since the soak began: the replay loops alone (and, with integrity checks,
+  // the waits for them at each pass end). Freeing what a pass left live, before the next pass, is
+  // not counted: those frees are the soak's, not the trace's (`gpumem bench` times alike).
+  double seconds = 0.0;
   // Of granules_moved, those the driver really mapped or unmapped (kept mappings: pool_stats).
   std::uint64_t driver_granules = 0;
 };
@@ -83,7 +87,7 @@ struct replay_result {
   std::size_t peak_reserved_bytes = 0;
   std::size_t final_reserved_bytes = 0;
   double fragmentation = 0.0;       // peak reserved / peak live
-  double ns_per_op = 0.0;           // host time per allocate/free, replay loop only
+  double ns_per_op = 0.0;           // host time per allocate/free: the passes' time (soak_pass::seconds) / ops
   std::uint64_t failed_allocs = 0;  // requests the resource could not serve
   std::uint64_t trace_failures = 0; // `allocate failure` rows in the trace itself
   pool_stats stats;                 // pool resources only
@@ -118,7 +122,8 @@ struct replay_target {
   virtual ~replay_target() = default;
   virtual void* allocate(std::size_t bytes, stream_ref s) = 0;  // nullptr: could not
   virtual void deallocate(void* p, std::size_t bytes, stream_ref s) = 0;
-  // Replays map each distinct trace Stream value to a stream of the target.
+  // Replays map each distinct trace Stream value to a stream of the target, once per stream, before
+  // any clock starts.
   virtual stream_ref stream_for(std::uint64_t trace_stream) { return trace_stream; }
   virtual std::size_t reserved() = 0;
   virtual std::size_t peak_reserved() = 0;
@@ -132,16 +137,6 @@ struct replay_target {
 };
 using replay_target_factory = std::function<std::unique_ptr<replay_target>(const replay_options&)>;
 void register_replay_target(const std::string& name, replay_target_factory make);
-
-// A trace's pointers resolved to dense slots before any clock starts, so a replay loop indexes a
-// vector instead of hashing addresses: slot_of[i] is row i's slot (no_slot for rows without one: an
-// `allocate failure`, or a free of a pointer the trace never allocated).
-struct trace_slots {
-  static constexpr std::uint32_t no_slot = UINT32_MAX;
-  std::vector<std::uint32_t> slot_of;
-  std::uint32_t count = 0;  // slots needed at once: the most blocks live together
-};
-trace_slots resolve_slots(const trace& t);
 
 // Throws std::invalid_argument for an unknown resource name.
 replay_result replay(const trace& t, const replay_options& opts);

@@ -41,7 +41,6 @@ class gpumem_gpu_allocator final : public gpu_bench_allocator {
     pool_.deallocate(p, bytes, default_alignment, s);
   }
   bool is_gpumem() const override { return true; }
-  pool_options gpumem_pool_options() const override { return pool_.pool().options(); }
   std::optional<pool_stats> gpumem_stats() const override { return pool_.pool().stats(); }
   void destroy_stream(stream_ref s) override {
     if (s) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies

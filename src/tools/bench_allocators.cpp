@@ -26,9 +26,7 @@ class sim_pool_allocator final : public bench_allocator {
     pool_.deallocate(p, bytes, default_alignment, s);
   }
   stream_ref create_stream() override { return dev_.create_stream(); }
-  std::string replay_resource() const override { return "pool"; }
   bool is_gpumem() const override { return true; }
-  pool_options gpumem_pool_options() const override { return pool_.options(); }
   std::optional<pool_stats> gpumem_stats() const override { return pool_.stats(); }
 
  private:
@@ -52,7 +50,6 @@ class malloc_allocator final : public bench_allocator {
     return p;
   }
   void free(void* p, std::size_t, stream_ref) override { std::free(p); }
-  std::string replay_resource() const override { return "malloc"; }
 };
 
 }  // namespace

@@ -26,7 +26,8 @@ class bench_allocator {
   virtual std::string device() const = 0;
   // Throws on failure (out_of_memory, cuda_error, std::bad_alloc).
   virtual void* alloc(std::size_t bytes, stream_ref s) = 0;
-  // `bytes` and `s` are what alloc was given.
+  // `bytes` is what alloc was given; `s` the stream it is freed on: alloc's, but for a trace
+  // that frees on another.
   virtual void free(void* p, std::size_t bytes, stream_ref s) = 0;
   // A stream of its own for one thread of the `threads` pattern (a cudaStream_t on the GPU, a
   // simulated stream on the simulator); created before the clock starts.
@@ -34,13 +35,8 @@ class bench_allocator {
   virtual void destroy_stream(stream_ref) {}
   // Waits for the device work enqueued so far; called between timed runs, never inside one.
   virtual void synchronize() {}
-  // Non-empty: replay through gpumem::replay with this resource name (the simulated pool,
-  // malloc) instead of the generic replay loop.
-  virtual std::string replay_resource() const { return {}; }
   // gpumem's own allocator: the tables show its ratio to every other one.
   virtual bool is_gpumem() const { return false; }
-  // gpumem's allocators: the pool options it runs with (replay through gpumem::replay uses them).
-  virtual pool_options gpumem_pool_options() const { return {}; }
   // gpumem's allocators: the pool's figures now (peaks since it was made); nullopt for the peers.
   virtual std::optional<pool_stats> gpumem_stats() const { return std::nullopt; }
 };

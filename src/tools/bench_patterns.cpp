@@ -12,11 +12,10 @@
 #include <exception>
 #include <optional>
 #include <random>
-#include <stdexcept>
 #include <thread>
-#include <unordered_map>
 
-#include "gpumem/replay.hpp"
+#include "gpumem/replay_loop.hpp"
+#include "gpumem/replay_plan.hpp"
 
 namespace gpumem::tools {
 namespace {
@@ -377,56 +376,35 @@ struct replay_pair_ns {
   std::uint64_t ops = 0;  // in one pass
 };
 
-// The generic replay loop for allocators gpumem::replay does not know (the GPU ones): the same
-// shape as src/core/replay.cpp — slots and streams resolved before the clock starts; what a pass
-// leaves live is freed before the next one, outside the clock.
-replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
-  const std::size_t total = t.records.size();
-  std::vector<stream_ref> stream_of(total, 0);
-  std::unordered_map<std::uint64_t, stream_ref> streams;  // the trace's stream -> ours; 0 -> 0
+// Both passes of a plan on one allocator, through the shared replay loop (replay_loop.hpp) that
+// gpumem::replay times its targets with: streams made before the clock starts, what a pass leaves
+// live freed after it stops.
+replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan) {
+  std::vector<stream_ref> streams{0};  // the plan's stream 0 is the default stream
   struct stream_guard {
     bench_allocator& a;
-    std::unordered_map<std::uint64_t, stream_ref>& m;
+    const std::vector<stream_ref>& streams;
     ~stream_guard() {
       a.synchronize();
-      for (auto& [k, s] : m)
+      for (const stream_ref s : streams)
         if (s) a.destroy_stream(s);
     }
   } guard{a, streams};
-  for (std::size_t i = 0; i < total; ++i) {
-    auto [it, fresh] = streams.try_emplace(t.records[i].stream, 0);
-    if (fresh && t.records[i].stream != 0) it->second = a.create_stream();
-    stream_of[i] = it->second;
-  }
-  const trace_slots resolved = resolve_slots(t);
-  const std::vector<std::uint32_t>& slot_of = resolved.slot_of;
-  const std::uint32_t slots = resolved.count;
-  struct slot { void* p = nullptr; std::size_t bytes = 0; stream_ref s = 0; };
+  while (streams.size() < plan.streams.size()) streams.push_back(a.create_stream());
+  replay_loop<bench_allocator> loop(a, plan, streams);
   replay_pair_ns out;
+  out.ops = plan.ops.size();
   std::uint64_t moved_before = 0, driver_before = 0;  // gpumem's pool: granules moved before this pass
   for (replay_pass* pass : {&out.cold, &out.warm}) {
-    std::vector<slot> live(slots);
-    std::uint64_t n = 0;
     std::exception_ptr failure;
     const auto t0 = clock_type::now();
     try {
-      for (std::size_t i = 0; i < total; ++i) {
-        const trace_record& rec = t.records[i];
-        if (slot_of[i] == trace_slots::no_slot) continue;
-        slot& b = live[slot_of[i]];
-        if (rec.action == trace_action::allocate) {
-          b = {a.alloc(rec.size, stream_of[i]), rec.size, stream_of[i]};
-        } else {
-          if (b.p) a.free(b.p, b.bytes, stream_of[i]);
-          b = {};
-        }
-        ++n;
-      }
+      loop.run();
     } catch (...) {
       failure = std::current_exception();
     }
     const double ns = elapsed_ns(t0);
-    // gpumem's pool on the GPU: its figures at the pass's end, before what is left live goes.
+    // gpumem's pool: its figures at the pass's end, before what is left live goes.
     if (const std::optional<pool_stats> st = a.gpumem_stats()) {
       pass->reserve = st->fragmentation();
       pass->moved = st->maps + st->unmaps - moved_before;
@@ -434,41 +412,11 @@ replay_pair_ns replay_generic(bench_allocator& a, const trace& t) {
       pass->driver = st->driver_maps + st->driver_unmaps - driver_before;
       driver_before = st->driver_maps + st->driver_unmaps;
     }
-    for (auto& b : live)
-      if (b.p) a.free(b.p, b.bytes, b.s);
+    loop.free_live();
     a.synchronize();
     if (failure) std::rethrow_exception(failure);
-    pass->ns_per_op = n ? ns / double(n) : 0;
-    out.ops = n;
+    pass->ns_per_op = out.ops ? ns / double(out.ops) : 0;
   }
-  return out;
-}
-
-// gpumem's pools through gpumem::replay (a fresh pool per call): two passes, split by the
-// soak log's clock. The second pass's time also holds freeing what the first left live.
-replay_pair_ns replay_gpumem(bench_allocator& a, const trace& t, const std::string& resource) {
-  replay_options o;
-  o.resource = resource;
-  o.capacity_bytes = std::size_t{1} << 40;
-  o.pool = a.gpumem_pool_options();
-  o.passes = 2;
-  const replay_result rr = replay(t, o);
-  if (rr.failed_allocs) throw std::runtime_error("replay: allocations failed");
-  if (rr.pass_log.size() != 2) throw std::logic_error("replay: expected a log of two passes");
-  replay_pair_ns out;
-  out.ops = rr.ops / 2;
-  if (!out.ops) return out;
-  const soak_pass &first = rr.pass_log[0], &second = rr.pass_log[1];
-  out.cold.ns_per_op = first.seconds * 1e9 / double(out.ops);
-  out.warm.ns_per_op = (second.seconds - first.seconds) * 1e9 / double(out.ops);
-  if (rr.peak_live_bytes) {
-    out.cold.reserve = double(first.peak_reserved_bytes) / double(rr.peak_live_bytes);
-    out.warm.reserve = double(second.peak_reserved_bytes) / double(rr.peak_live_bytes);
-  }
-  out.cold.moved = first.granules_moved;
-  out.warm.moved = second.granules_moved - first.granules_moved;
-  out.cold.driver = first.driver_granules;
-  out.warm.driver = second.driver_granules - first.driver_granules;
   return out;
 }
 
@@ -483,6 +431,7 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
                                        const std::vector<trace>& traces, const bench_config& c) {
   std::vector<bench_result> out;
   for (const trace& t : traces) {
+    const replay_plan plan = make_replay_plan(t);
     bench_allocator& first = fresh();
     bench_result cold = base(first, "replay"), warm = base(first, "replay-warm");
     cold.trace = warm.trace = file_name(t.name);
@@ -490,13 +439,11 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
       std::vector<double> colds, warms;
       for (int rep = 0; rep < c.reps; ++rep) {
         bench_allocator& a = rep ? fresh() : first;
-        const std::string res = a.replay_resource();
-        const replay_pair_ns ns = res.empty() ? replay_generic(a, t) : replay_gpumem(a, t, res);
+        const replay_pair_ns ns = replay_passes(a, plan);
         colds.push_back(ns.cold.ns_per_op);
         warms.push_back(ns.warm.ns_per_op);
         cold.ops = warm.ops = ns.ops;
-        // The same every rep (placement depends on the trace alone): the last one's. Only gpumem's
-        // pool knows what it reserved (the malloc target counts requested bytes).
+        // The same every rep (placement depends on the trace alone): the last one's.
         if (a.is_gpumem()) {
           cold.reserve_over_live = ns.cold.reserve;
           warm.reserve_over_live = ns.warm.reserve;

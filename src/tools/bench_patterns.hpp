@@ -7,7 +7,9 @@
 //   threads  N threads, each on its own stream with 200 live blocks of 256 B - 1 MiB, random
 //            free + alloc steps for a fixed wall time, started together at a barrier: aggregate
 //            Mops/s over all threads.
-//   replay   a recorded trace, pointers resolved to dense slots before the clock starts: ns/op.
+//   replay   a recorded trace through the loop gpumem::replay times with (replay_loop.hpp), its
+//            plan (dense slots and streams) made and its streams created before the clock starts,
+//            what a pass leaves live freed after it stops: ns/op.
 // Random choices come from a fixed seed and are drawn before timing. Each figure is the median of
 // `reps` timed runs. Plain C++ only (see bench_allocators.hpp).
 #include <cstddef>
