@@ -243,7 +243,9 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
 }
 
 bool arena::foreign_owned(stream_ref s) const {
-  return owned_.size() > (owned_.count(s) ? 1u : 0u);
+  // Two streams or more own blocks: one of them is not `s`. No lookup by stream needed.
+  if (owned_.size() != 1) return owned_.size() > 1;
+  return owned_.begin()->first != s;
 }
 
 arena::block_map::iterator arena::split(block_map::iterator b, std::uintptr_t at) {
