@@ -190,6 +190,7 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std
     else if (key == "address_range_bytes") err = bytes(next.pool.address_range_bytes);
     else if (key == "front_cache_bytes") err = bytes(next.pool.front_cache_bytes);
     else if (key == "max_handle_bytes") err = bytes(next.pool.max_handle_bytes);
+    else if (key == "initial_reserve_bytes" || key == "initial_reserve") err = bytes(next.pool.initial_reserve_bytes);
     else if (key == "front_cache") err = flag(next.pool.front_cache);
     else if (key == "idle_budget") err = fraction(next.pool.idle_budget);
     else if (key == "reserve_ceiling") {
@@ -394,7 +395,8 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
 
 // Options for the pools not yet created: "key=value,..." or a flat JSON object. Keys:
 // release_threshold_bytes, max_reserved_bytes, small_max_bytes, min_segment_bytes,
-// address_range_bytes, front_cache_bytes, max_handle_bytes (sizes: bytes, K/M/G/T suffix, or "max"), front_cache,
+// address_range_bytes, front_cache_bytes, max_handle_bytes, initial_reserve_bytes (sizes: bytes, K/M/G/T suffix, or
+// "max"), front_cache,
 // zero_on_free (0/1), grow_before_reclaim (0/1), front_cache_grow_fraction (>= 0),
 // front_cache_peak_fraction (>= 0), front_cache_reserve_headroom (>= 0), reclaim_own_first (0/1), wait_before_grow (0/1),
 // remap_time_budget (a fraction of wall time, 0 to 1), idle_budget (a fraction >= 0; 0.05 here by

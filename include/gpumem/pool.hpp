@@ -194,6 +194,17 @@ struct pool_options {
   // and 1.282x against 1.271x over five, is noise-level on that machine (bench/RESULTS.md,
   // session 8). remap_time_budget bounds these moves' time too.
   bool stream_ordered_moves = true;
+  // Bytes the pool reserves from its upstream when it is made (rounded up to whole granules on a
+  // virtual upstream, mapped; one segment on a plain one): the "reserve a large region, then
+  // sublet it" of a pool sized for its job, as RMM's pool_memory_resource's initial size. A job
+  // whose memory fits pays no growth while it warms up — on a GPU each granule mapped is a driver
+  // call of tens of µs, and a first pass growing from nothing spends most of its time there — and
+  // the memory is held from the start, counted in reserved (and so in peak reserved / peak live).
+  // Growing first, the front caches may fill what is reserved up to this size with large blocks,
+  // as they may fill front_cache_reserve_headroom above peak live. 0 (the default): none; the pool
+  // grows as requests come. Throws out_of_memory at construction if the upstream (or
+  // max_reserved_bytes) refuses it.
+  std::size_t initial_reserve_bytes = 0;
 };
 
 // One range the pool tracks, for segment maps and reports.

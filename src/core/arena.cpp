@@ -196,6 +196,20 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   return true;
 }
 
+bool arena::reserve_upfront(std::size_t bytes, std::string* why) {
+  if (allocated_ || reserved_bytes())
+    throw std::logic_error("arena::reserve_upfront: the arena already holds memory");
+  if (bytes == 0) return true;
+  if (!virtual_) return grow_segment(bytes, why);
+  if (bytes > range_bytes_) {
+    set_why(why, fmt::format("{} B is more than the reserved address range ({} B)", bytes, range_bytes_));
+    return false;
+  }
+  // The whole range is one unmapped ready block: its bottom granules become mapped ready memory,
+  // idle, as growth would leave them. (map_window gives back what it took if any piece fails.)
+  return map_window(range_base_, align_up(bytes, granule_), 0, true, why);
+}
+
 std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow, std::string* why,
                                bool may_map) {
   if (!virtual_) return allocate_plain(size, alignment, s, may_grow, why);

@@ -121,6 +121,12 @@ class arena {
   // still be recorded to see whether other streams' frees are done), else 0.
   std::uintptr_t allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow,
                           std::string* why = nullptr, bool may_map = true);
+  // pool_options::initial_reserve_bytes: takes at least `bytes` from the upstream now, free for
+  // every stream (virtual: mapped granules from the bottom of the range; plain: one segment).
+  // Only on an arena that holds nothing yet. False (with `why`) if the upstream or the limit
+  // refuses (what was taken may stay as spares: the pool then fails to construct, and the arena
+  // gives everything back).
+  bool reserve_upfront(std::size_t bytes, std::string* why);
   // The block at `addr` is unused after the work on `s` enqueued so far; also after the work on
   // each of `also_on` (record_use) when given. False if `addr` is not a live block.
   bool deallocate(std::uintptr_t addr, stream_ref s, const std::vector<stream_ref>& also_on = {});

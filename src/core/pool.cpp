@@ -166,6 +166,21 @@ struct pool::impl {
     if (op.zero_on_free && !u.can_zero())
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));
+    if (op.initial_reserve_bytes) {
+      std::string why;
+      if (!arena.reserve_upfront(op.initial_reserve_bytes, &why)) {
+        oom_report r;
+        r.requested_bytes = op.initial_reserve_bytes;
+        r.reserved_bytes = arena.reserved_bytes();
+        r.cached_bytes = r.reserved_bytes;
+        r.limit_bytes = op.max_reserved_bytes == SIZE_MAX ? 0 : op.max_reserved_bytes;
+        r.upstream_said = std::move(why);
+        r.advice = "pool_options::initial_reserve_bytes is more than the upstream (or max_reserved_bytes) gives: "
+                   "ask for less, or 0 to grow as requests come";
+        throw out_of_memory(std::move(r));
+      }
+      note_reserved();
+    }
     // Without per-thread caches every thread shares one front (and its table of live blocks).
     if (!bins_enabled) {
       fronts.push_back(std::make_unique<detail::front_cache>(grow_first));
@@ -407,8 +422,10 @@ struct pool::impl {
   [[gnu::always_inline]] bool within_headroom(const detail::front_cache& fc) const {
     if (fc.peak_live <= fc.live_bytes || opts.front_cache_reserve_headroom <= 0) return false;
     const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
-    return as_double(reserved_published.load(std::memory_order_relaxed)) <=
-           (1.0 + opts.front_cache_reserve_headroom) * as_double(peak);
+    const std::size_t reserved = reserved_published.load(std::memory_order_relaxed);
+    // What initial_reserve_bytes holds is held anyway: caching within it adds nothing.
+    return as_double(reserved) <= (1.0 + opts.front_cache_reserve_headroom) * as_double(peak) ||
+           reserved <= opts.initial_reserve_bytes;
   }
 
   // --- The front tier's exchanges with its stream's slabs (under the front cache's lock and one

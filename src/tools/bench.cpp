@@ -44,6 +44,8 @@ std::string changed_pool_options(const pool_options& o) {
   if (o.idle_budget != d.idle_budget) add(fmt::format("idle_budget={}", o.idle_budget));
   if (o.grow_before_reclaim != d.grow_before_reclaim) add(fmt::format("grow_before_reclaim={:d}", o.grow_before_reclaim));
   if (o.max_handle_bytes != d.max_handle_bytes) add(fmt::format("max_handle_bytes={}", o.max_handle_bytes));
+  if (o.initial_reserve_bytes != d.initial_reserve_bytes)
+    add(fmt::format("initial_reserve_bytes={}", o.initial_reserve_bytes));
   if (o.front_cache_peak_fraction != d.front_cache_peak_fraction)
     add(fmt::format("front_cache_peak_fraction={}", o.front_cache_peak_fraction));
   if (o.wait_before_grow != d.wait_before_grow) add(fmt::format("wait_before_grow={:d}", o.wait_before_grow));

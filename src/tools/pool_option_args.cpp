@@ -91,6 +91,10 @@ void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what
                            ": pool_options::max_handle_bytes, the largest physical handle the pool creates when it "
                            "grows (e.g. 32M; 0, the default, picks by policy: one granule per handle, 32 MiB with "
                            "--grow-before-reclaim)");
+  add_byte_size_option(app, "--initial-reserve", opts.initial_reserve_bytes,
+                       std::string(what) +
+                           ": pool_options::initial_reserve_bytes, what the pool reserves (maps) when it is made, "
+                           "as a pool sized for its job (e.g. 1G; 0, the default: it grows as requests come)");
   add_byte_size_option(app, "--front-cache-bytes", opts.front_cache_bytes,
                        std::string(what) +
                            ": pool_options::front_cache_bytes, what each thread's front cache keeps per stream of small blocks, and apart of large ones (e.g. "

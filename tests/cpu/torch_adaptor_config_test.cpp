@@ -34,11 +34,11 @@ TEST(TorchAdaptorConfig, EveryPoolOptionKeyIsTakenAndBadValuesAreRefusedByName) 
   EXPECT_EQ(a.configure("idle_budget=0.1,grow_before_reclaim=1,front_cache_grow_fraction=0.5,"
                         "front_cache_peak_fraction=1,front_cache_reserve_headroom=0.2,reclaim_own_first=1,wait_before_grow=1,remap_time_budget=0.02,"
                         "stream_ordered_moves=0,reserve_ceiling=1.03,"
-                        "max_handle_bytes=8M,front_cache_bytes=64M,release_threshold=max,upstream=vmm"),
+                        "max_handle_bytes=8M,initial_reserve=1G,front_cache_bytes=64M,release_threshold=max,upstream=vmm"),
             0)
       << a.last_error();
   for (const char* bad : {"front_cache_peak_fraction=-1", "front_cache_reserve_headroom=-0.1", "reclaim_own_first=2", "wait_before_grow=maybe",
-                          "max_handle_bytes=lots", "trace=", "no_such_key=1", "upstream=floppy",
+                          "max_handle_bytes=lots", "initial_reserve_bytes=much", "trace=", "no_such_key=1", "upstream=floppy",
                           "remap_time_budget=1.5", "remap_time_budget=-0.1", "stream_ordered_moves=yes please",
                           "reserve_ceiling=0.5", "reserve_ceiling=-1"}) {
     EXPECT_EQ(a.configure(bad), -2) << bad;
