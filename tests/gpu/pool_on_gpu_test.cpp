@@ -131,5 +131,35 @@ TYPED_TEST(PoolOnGpu, AbsurdRequestThrowsOutOfMemoryWithReport) {
   }
 }
 
+// pool_options::initial_reserve_bytes on the real device: held from construction, written and
+// read back through blocks carved from it on two streams, with no upstream call after it.
+TYPED_TEST(PoolOnGpu, InitialReserveIsRealMemoryThatServesWithoutGrowth) {
+  pool_options po;
+  po.initial_reserve_bytes = std::size_t{96} << 20;
+  gpumem::pool p(*this->up_, this->ord_, po);
+  const pool_stats start = p.stats();
+  EXPECT_GE(start.reserved_bytes, po.initial_reserve_bytes);
+  stream_holder a;
+  const stream_ref streams[2] = {0, from_cuda_stream(a.s)};
+  std::vector<void*> held;
+  for (int i = 0; i < 8; ++i) {
+    void* q = p.allocate(std::size_t{10} << 20, default_alignment, streams[i % 2]);
+    GPUMEM_EXPECT_CUDA(cudaMemsetAsync(q, i + 1, std::size_t{10} << 20, to_cuda_stream(streams[i % 2])));
+    held.push_back(q);
+  }
+  GPUMEM_EXPECT_CUDA(cudaDeviceSynchronize());
+  for (int i = 0; i < 8; ++i) {
+    unsigned char last = 0;
+    GPUMEM_EXPECT_CUDA(cudaMemcpy(&last, static_cast<char*>(held[i]) + (std::size_t{10} << 20) - 1, 1,
+                                  cudaMemcpyDeviceToHost));
+    EXPECT_EQ(last, i + 1);
+  }
+  EXPECT_EQ(p.stats().upstream_calls, start.upstream_calls) << "80 MiB fits in the 96 MiB reserved";
+  EXPECT_EQ(p.stats().reserved_bytes, start.reserved_bytes);
+  p.check_invariants();
+  for (int i = 0; i < 8; ++i) p.deallocate(held[i], std::size_t{10} << 20, default_alignment, streams[i % 2]);
+  GPUMEM_EXPECT_CUDA(cudaDeviceSynchronize());
+}
+
 }  // namespace
 }  // namespace gpumem::test
