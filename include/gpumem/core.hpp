@@ -20,6 +20,8 @@
 //   move         a harvested granule mapped again where a request needs it (same memory, no copy;
 //                tens of µs of driver calls on a GPU). "Granules moved" counts maps + unmaps.
 //   growth       physical memory newly created from the upstream (reserved goes up).
+//   initial reserve  memory the pool takes when it is made (pool_options::initial_reserve_bytes),
+//                so a job whose working set fits never grows; counted in reserved from the start.
 //   idle budget  idle memory kept mapped (a share of live) rather than moved elsewhere.
 //   remap time budget  host time for moves, as a share of wall time; spent, the pool grows instead.
 //   reserve ceiling  peak reserved over peak live past which the pool moves idle memory before it
