@@ -203,7 +203,9 @@ struct pool_options {
   // Growing first, the front caches may fill what is reserved up to this size with large blocks,
   // as they may fill front_cache_reserve_headroom above peak live. 0 (the default): none; the pool
   // grows as requests come. Throws out_of_memory at construction if the upstream (or
-  // max_reserved_bytes) refuses it.
+  // max_reserved_bytes) refuses it, and std::invalid_argument if it is over
+  // release_threshold_bytes (the pool would give it back at the first free). trim() gives it back
+  // like any cached memory.
   std::size_t initial_reserve_bytes = 0;
 };
 

@@ -166,6 +166,11 @@ struct pool::impl {
     if (op.zero_on_free && !u.can_zero())
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));
+    if (op.initial_reserve_bytes > op.release_threshold_bytes)
+      throw std::invalid_argument(fmt::format(
+          "gpumem::pool: initial_reserve_bytes {} is over release_threshold_bytes {}: the pool would give the "
+          "reserve back at the first free",
+          op.initial_reserve_bytes, op.release_threshold_bytes));
     if (op.initial_reserve_bytes) {
       std::string why;
       if (!arena.reserve_upfront(op.initial_reserve_bytes, &why)) {

@@ -3,6 +3,7 @@
 // the pool's own limit) cannot give fails the construction with a report that names the option.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,20 @@ TEST_P(InitialReserve, ThatTheDeviceOrTheLimitCannotGiveFailsTheConstruction) {
   EXPECT_EQ(p.stats().reserved_bytes, 64 * MiB);
   void* x = p.allocate(60 * MiB, default_alignment, 0);
   p.deallocate(x, 60 * MiB, default_alignment, 0);
+}
+
+TEST(InitialReserveOptions, OverTheReleaseThresholdIsRefusedByName) {
+  sim_device dev(device(true));
+  pool_options po;
+  po.initial_reserve_bytes = 64 * MiB;
+  po.release_threshold_bytes = 32 * MiB;
+  try {
+    pool p(dev.memory(), dev.streams(), po);
+    FAIL() << "a reserve the pool would give back at once was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("initial_reserve_bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("release_threshold_bytes"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Upstreams, InitialReserve, ::testing::Bool(),
