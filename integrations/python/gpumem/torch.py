@@ -25,7 +25,8 @@ hooks: dict = {}    # which optional hooks this torch accepted: {"record_stream"
 def use(**options):
     """Makes gpumem PyTorch's CUDA allocator, with gpumem::pool_options given as keywords
     (release_threshold_bytes=..., max_reserved_bytes=..., idle_budget=..., reserve_ceiling=...,
-    front_cache=False, upstream="vmm", ...). idle_budget defaults to 0.05 here (the library's
+    initial_reserve_bytes="8G" to reserve the job's memory up front, front_cache=False,
+    upstream="vmm", ...). idle_budget defaults to 0.05 here (the library's
     default is 0, the tightest): a job whose shapes change from step to step then stops remapping
     memory on every step, for up to 5% of live memory kept idle; idle_budget=0 asks for the
     tightest reserve, and reserve_ceiling=1.03 keeps the budget's savings only while peak
