@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <stdexcept>
 
@@ -664,9 +665,14 @@ std::size_t arena::spare_index(physical_handle h) const {
 
 void arena::take_spare_at(std::size_t i, std::vector<piece>& got) {
   got.push_back(spares_[i]);
+  remove_spare_at(i);
+}
+
+void arena::remove_spare_at(std::size_t i) {
   spare_granules_ -= spares_[i].granules;
   spares_[i] = spares_.back();
   spares_.pop_back();
+  if (spares_.empty()) largest_spare_ = 0;
 }
 
 void arena::forget_kept(std::size_t g) {
@@ -916,9 +922,7 @@ void arena::release_spare(std::size_t i) {
   for (std::uintptr_t a : retiring_)
     if (granule_handle_[granule_of(a)] == spares_[i].h) released_under_.push_back(granule_of(a));
   up_.release_physical(spares_[i].h, spares_[i].granules * granule_);
-  spare_granules_ -= spares_[i].granules;
-  spares_[i] = spares_.back();
-  spares_.pop_back();
+  remove_spare_at(i);
   ++upstream_releases_;
 }
 
@@ -948,7 +952,6 @@ bool arena::take_spare(std::size_t most, std::vector<piece>& got, std::size_t wa
   // The first of the largest that fit. None is larger than largest_spare_: once one that large
   // is found, the rest need no look (by default every spare is one granule, and the pool asks
   // for one at a time while it moves memory: the whole list was walked per granule).
-  if (spares_.empty()) largest_spare_ = 0;
   const std::size_t enough = std::min(most, largest_spare_);
   std::size_t best = SIZE_MAX;
   for (std::size_t i = 0; i < spares_.size(); ++i)

@@ -66,7 +66,6 @@
 // mapping until the arena maps it again. A kept mapping that another handle needs is unmapped
 // then (the deferred half of the move), and all of a handle's kept mappings go before the handle
 // goes back to the upstream.
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -278,6 +277,7 @@ class arena {
   // Spares kept mapped in [wanted_lo, wanted_hi) are not taken.
   bool take_spare(std::size_t most, std::vector<piece>& got, std::size_t wanted_lo = 0, std::size_t wanted_hi = 0);
   void take_spare_at(std::size_t i, std::vector<piece>& got);  // spare `i` moved to `got`
+  void remove_spare_at(std::size_t i);  // spare `i` out of the list and its counts (taken or released)
   std::size_t spare_index(physical_handle h) const;              // SIZE_MAX: `h` is no spare
   // Unmaps up to `want` granules of idle handles (each of at most `want`, every granule idle)
   // outside [keep_lo, keep_hi), one contiguous stretch (one upstream call), into the spares;
