@@ -91,7 +91,6 @@ void row_replay::row(std::size_t pass, std::uint64_t i) {
       b = {p, op.size, true, s, {}};
       if (integrity_ && p) b.ticket = integrity_->allocated(p, op.size, s, i, pass);
       live_bytes_ += op.size;
-      peak_live_ = std::max(peak_live_, live_bytes_);
     } else {
       free_block(b, s);
     }

@@ -45,7 +45,7 @@ class row_replay {
   // Frees what a pass left live, each block on the stream it was allocated on (and checked, with
   // integrity on), in slot order.
   void free_live();
-  std::size_t peak_live_bytes() const noexcept { return peak_live_; }
+  std::size_t peak_live_bytes() const noexcept { return plan_.peak_live_bytes; }
   std::uint64_t failed_allocs() const noexcept { return failed_; }
 
  private:
@@ -78,7 +78,7 @@ class row_replay {
   std::optional<lockstep_threads> lockstep_;
   const bool instrumented_;
   const std::uint64_t stride_;  // timeline: a point every this many rows; 0: no timeline
-  std::size_t live_bytes_ = 0, peak_live_ = 0, peak_reserved_seen_ = 0;
+  std::size_t live_bytes_ = 0, peak_reserved_seen_ = 0;  // live: for the timeline
   std::uint64_t failed_ = 0;
 };
 
