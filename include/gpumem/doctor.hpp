@@ -14,8 +14,11 @@
 //                         unmaps per 1000 ops to stay that tight, what those driver calls alone
 //                         would cost on an H200 (27.5 µs per granule mapped with its access set,
 //                         16 µs per granule unmapped: bench/RESULTS.md, session 3), and the same
-//                         trace replayed with idle_budget 0.05 beside it. warning when the estimate
-//                         reaches 1 µs per op (a cost every tensor pays); info otherwise.
+//                         trace replayed with idle_budget 0.05 beside it; and, when the pool remaps
+//                         at all, an initial reserve (pool_options::initial_reserve_bytes) sized to
+//                         what the pool growing first reaches in two passes, with the granules the
+//                         default pool still remaps in the second of two passes on it. warning when
+//                         the estimate reaches 1 µs per op (a cost every tensor pays); info otherwise.
 //   cross-stream-free     blocks freed on another stream than the one that allocated them.
 //                         warning when >= 1% of frees; info below.
 //   unaligned-sizes       sizes that are not a multiple of 256 B. warning when >= 50% of
@@ -108,7 +111,9 @@ struct doctor_options {
   // Empty: the fragmentation finding is not measured (the report says so in `skipped`).
   replay_fn replayer;
   // Base options for the replays; the doctor sets `resource` to "pool" and then to "exact", and
-  // replays "pool" once more with thresholds.remap_alternative_idle_budget.
+  // replays "pool" once more with thresholds.remap_alternative_idle_budget, and — when the default
+  // pool remapped granules — twice over two passes for the initial reserve (growing first, then
+  // on the reserve that gave).
   replay_options replay;
   // Pinned host allocations of the same job, for the pinned-memory finding; not owned, read during
   // diagnose() only. Null: the finding is not measured (the report says so in `skipped`).

@@ -96,6 +96,47 @@ double driver_us_per_op(const replay_result& r, const doctor_thresholds& th) {
   return r.ops ? us / static_cast<double>(r.ops) : 0.0;
 }
 
+// Granules the pool moved in the second of two passes, per 1000 ops of that pass: what remaps
+// once the job's first step has set the pool up (0 when the replay kept no pass log).
+double second_pass_remapped_per_1000_ops(const replay_result& r) {
+  if (r.pass_log.size() < 2 || r.passes < 2 || r.ops == 0) return 0.0;
+  const double pass_ops = static_cast<double>(r.ops) / static_cast<double>(r.passes);
+  const double moved = static_cast<double>(r.pass_log[1].granules_moved - r.pass_log[0].granules_moved);
+  return 1000.0 * moved / pass_ops;
+}
+
+// The other cure for remapping: a pool sized for the job at start-up (pool_options::
+// initial_reserve_bytes), mapped once. Its size is what the pool growing first reaches over two
+// passes — the footprint at which a repeating job stops asking the driver for memory — and the
+// figures are the default pool replayed twice on that reserve. (A smaller reserve is no sure
+// saving: on bert's trace 600–700 MiB still moved 400–675 granules a pass, 800 MiB none —
+// bench/RESULTS.md, session 17.) False, with the reason in `skipped`, when it cannot be replayed.
+bool reserve_alternative(const trace& t, const doctor_options& opts, finding& f, std::string& sentence,
+                         doctor_report& out) {
+  replay_options ro = opts.replay;
+  ro.resource = "pool";
+  ro.passes = 2;
+  ro.min_ops = 0;
+  try {
+    ro.pool.grow_before_reclaim = true;
+    const std::size_t reserve = opts.replayer(t, ro).peak_reserved_bytes;
+    ro.pool.grow_before_reclaim = opts.replay.pool.grow_before_reclaim;
+    ro.pool.initial_reserve_bytes = reserve;
+    const replay_result reserved = opts.replayer(t, ro);
+    const double per_1000 = second_pass_remapped_per_1000_ops(reserved);
+    f.figures.push_back(count("reserve_bytes", reserve));
+    f.figures.push_back(ratio("reserve_second_pass_granules_remapped_per_1000_ops", per_1000));
+    f.figures.push_back(ratio("reserve_fragmentation", reserved.fragmentation));
+    sentence = fmt::format("; with an initial reserve of {} (what the pool growing first reaches in two passes), "
+                           "{:.1f} per 1000 ops in a second pass at {:.3f}x",
+                           bytes_text(static_cast<double>(reserve)), per_1000, reserved.fragmentation);
+    return true;
+  } catch (const std::exception& e) {
+    out.skipped.push_back(fmt::format("slow-path-remapping's initial reserve: {}", e.what()));
+    return false;
+  }
+}
+
 // The default pool stays tight by moving physical granules to where requests land; on a GPU each
 // granule mapped or unmapped is a driver call of tens of µs.
 void slow_path_remapping(const trace& t, const doctor_options& opts, const replay_result& pool,
@@ -125,6 +166,14 @@ void slow_path_remapping(const trace& t, const doctor_options& opts, const repla
              "changing and its time matters more than the last percents of memory, give the pool an idle "
              "budget (pool_options::idle_budget; gpumem's PyTorch and CuPy adaptor use 0.05): it keeps that "
              "fraction of live memory mapped instead of moving it.";
+  // Only a pool that remaps has anything for a reserve to save.
+  std::string sentence;
+  if (pool.stats.maps + pool.stats.unmaps > 0 && reserve_alternative(t, opts, f, sentence, out)) {
+    f.summary += sentence;
+    f.advice += " Or size the pool for the job once, at start-up: pool_options::initial_reserve_bytes "
+                "(`--initial-reserve`; `initial_reserve` in the PyTorch adaptor's config) maps that memory "
+                "when the pool is made, free for every stream, so the job's steps find it mapped.";
+  }
   out.findings.push_back(std::move(f));
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <new>
@@ -347,6 +348,40 @@ TEST(Doctor, SlowPathRemappingPricesTheDefaultPoolsDriverCalls) {
   EXPECT_GE(f.at("alternative_fragmentation"), 1.0);
 }
 
+// The reserve beside it: the size is what the pool growing first reaches in two passes, and the
+// default pool replayed twice on that reserve remaps far less in its second pass than it did
+// without one (this example: ~5 against ~740 granules per 1000 ops).
+TEST(Doctor, SlowPathRemappingQuotesAnInitialReserveSizedByGrowingFirst) {
+  const auto t = varlen_example();
+  const auto r = gpumem::diagnose(t, with_the_real_replay());
+  const auto& f = must_find(r, "slow-path-remapping");
+  gpumem::replay_options o;
+  o.passes = 2;
+  o.pool.grow_before_reclaim = true;
+  const gpumem::replay_result growing = gpumem::replay(t, o);
+  EXPECT_EQ(f.at("reserve_bytes"), static_cast<double>(growing.peak_reserved_bytes));
+  EXPECT_GE(f.at("reserve_bytes"), static_cast<double>(r.peak_live_bytes));
+  EXPECT_LT(f.at("reserve_second_pass_granules_remapped_per_1000_ops"), 0.1 * f.at("granules_remapped_per_1000_ops"));
+  EXPECT_GE(f.at("reserve_fragmentation"), 1.0);
+  EXPECT_NE(f.summary.find("initial reserve of"), std::string::npos) << f.summary;
+  EXPECT_NE(f.advice.find("initial_reserve_bytes"), std::string::npos) << f.advice;
+}
+
+// A replay that cannot hold the reserve costs the finding its reserve figures, not the finding.
+TEST(Doctor, SlowPathRemappingKeepsItsFindingWhenTheReserveCannotBeReplayed) {
+  auto opts = with_the_real_replay();
+  opts.replayer = [](const gpumem::trace& tr, const gpumem::replay_options& o) {
+    if (o.pool.initial_reserve_bytes > 0) throw std::invalid_argument("reserve refused here");
+    return gpumem::replay(tr, o);
+  };
+  const auto r = gpumem::diagnose(varlen_example(), opts);
+  const auto& f = must_find(r, "slow-path-remapping");
+  EXPECT_THROW((void)f.at("reserve_bytes"), std::out_of_range);
+  EXPECT_EQ(f.summary.find("initial reserve"), std::string::npos);
+  EXPECT_NE(std::find(r.skipped.begin(), r.skipped.end(), "slow-path-remapping's initial reserve: reserve refused here"),
+            r.skipped.end());
+}
+
 TEST(Doctor, SlowPathRemappingIsInfoWhenNothingIsRemapped) {
   std::vector<std::string> asked;
   doctor_options opts;
@@ -354,6 +389,8 @@ TEST(Doctor, SlowPathRemappingIsInfoWhenNothingIsRemapped) {
   const auto& f = must_find(gpumem::diagnose(clean_trace().get(), opts), "slow-path-remapping");
   EXPECT_EQ(f.level, severity::info);
   EXPECT_EQ(f.at("estimated_h200_us_per_op"), 0.0);
+  EXPECT_THROW((void)f.at("reserve_bytes"), std::out_of_range);  // nothing remapped: no reserve to quote
+  EXPECT_EQ(asked.size(), 3u);
 }
 
 // ---- pinned-memory: a pinned host trace judged against the pinned cap ----
