@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from fresh_runs import PEERS, child_env, gpumem_options, use_torch_allocator
+from fresh_runs import PEERS, child_env, gpumem_options, use_torch_allocator, wants_settle
 
 MODELS = ["resnet50_train", "gpt2_train", "bert_infer", "llama_generate", "cupy_ops"]
 DEFAULT_STEPS = {"resnet50_train": 20, "gpt2_train": 20, "bert_infer": 40, "llama_generate": 16,
@@ -53,6 +53,7 @@ CHILD_TIMEOUT_S = 120
 # of driver time on a GPU), so a slow step can be told apart from a slow allocator.
 STEP_GRANULES: list = []
 _granule_probe = None
+_settle = None  # gpumem.settle for a "settle=1" run: called where each step ends, outside its time
 
 
 def _granules_now():
@@ -71,6 +72,8 @@ def _sync_time(torch, fn):
     ms = (time.perf_counter() - t0) * 1e3
     if _granule_probe:
         STEP_GRANULES.append(_granules_now() - g0)
+    if _settle:
+        _settle()
     return ms, out
 
 
@@ -220,7 +223,7 @@ def run_cupy_ops(cp, steps, stats_fn):
 def child(model, alloc, steps, out_path):
     t_start = time.perf_counter()
     result = {"model": model, "allocator": alloc, "steps": steps}
-    global _granule_probe
+    global _granule_probe, _settle
     is_gpumem = alloc.startswith("gpumem")
     if model == "cupy_ops":
         if is_gpumem:
@@ -252,6 +255,8 @@ def child(model, alloc, steps, out_path):
             import gpumem
             import gpumem.torch
             _granule_probe = gpumem.stats
+            if wants_settle(alloc):
+                _settle = gpumem.settle
         import torch
         fn = globals()["run_" + model]
         times, values = fn(torch, steps)

@@ -15,13 +15,21 @@ PROBE_LIB = "libgpumem_pluggable_probe.so"  # built beside libgpumem_torch.so (i
 
 
 def gpumem_options(alloc):
-    """"gpumem" -> {}; "gpumem:idle_budget=0.1,front_cache=0" -> those pool options."""
+    """"gpumem" -> {}; "gpumem:idle_budget=0.1,front_cache=0" -> those pool options. `settle=1` is
+    no pool option but the run's own (wants_settle) and is left out."""
     _, _, text = alloc.partition(":")
     opts = {}
     for item in filter(None, text.split(",")):
         key, _, value = item.partition("=")
-        opts[key.strip()] = value.strip()
+        if key.strip() != "settle":
+            opts[key.strip()] = value.strip()
     return opts
+
+
+def wants_settle(alloc):
+    """"gpumem:settle=1,...": the run calls gpumem.settle() where each step ends."""
+    _, _, text = alloc.partition(":")
+    return any(item.strip() in ("settle=1", "settle=true") for item in text.split(","))
 
 
 def child_env(alloc):

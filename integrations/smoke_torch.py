@@ -51,6 +51,13 @@ check("zero-size tensor", empty.numel() == 0)
 
 del a, c, d, e
 torch.cuda.synchronize()
+held = gpumem.stats()["reserved_bytes"]
+gpumem.settle()
+check("settle keeps the memory", gpumem.stats()["reserved_bytes"] == held)
+f = torch.ones(1 << 20, device="cuda")
+check("allocation after settle", f.sum().item() == float(1 << 20))
+del f
+torch.cuda.synchronize()
 before = gpumem.stats()["reserved_bytes"]
 gpumem.trim()
 after = gpumem.stats()["reserved_bytes"]

@@ -477,6 +477,21 @@ __attribute__((visibility("default"))) int gpumem_trim(int device) noexcept {
   }
 }
 
+// pool::settle on `device`'s pool (-1: the current one): what its caches keep goes back to its
+// free memory, nothing to the driver. Returns 0, or -1 on error.
+__attribute__((visibility("default"))) int gpumem_settle(int device) noexcept {
+  try {
+    gpumem::gpu_pool* p = existing_pool(device);
+    if (p == nullptr) return 0;
+    scoped_device guard(device);
+    p->settle();
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return -1;
+  }
+}
+
 // Writes out the rows of the trace (configure's trace=PATH) recorded so far; the rest is written
 // at exit. Returns 0, or -1 when no trace is being recorded.
 __attribute__((visibility("default"))) int gpumem_flush_trace() noexcept {

@@ -40,6 +40,9 @@
 //   slab         an arena block carved into equal slots of one small size class.
 //   slot         one small object's place in a slab.
 //   front cache  per-thread, per-stream bins of recently freed blocks, reused without a lock.
+//   settle       front caches and empty slabs given back to the pool's free memory, nothing to
+//                the upstream (pool::settle): where a job's step ends, so the next step starts
+//                from the first step's layout and lands where it landed.
 //   stream       an ordered queue of device work (cudaStream_t on the GPU); `stream_ref` here.
 //   event        a marker recorded on a stream; completes when the work before it has run.
 //   ordering     the interface the pool asks about streams and events (`gpumem::ordering`).

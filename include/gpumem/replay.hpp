@@ -40,6 +40,9 @@ struct replay_options {
   bool segment_map_at_peak = false; // keep the pool's block map at the moment of peak reserved
   // Replays the trace this many times back to back on the same resource (a soak).
   std::size_t passes = 1;
+  // Between passes, after what a pass left live is freed: pool::settle, as a job would call it
+  // where each step ends (replay_target::settle; targets without a pool ignore it).
+  bool settle_between_passes = false;
   // > 0: replaces `passes` with as many passes as it takes to replay at least this many ops.
   std::uint64_t min_ops = 0;
   // Integrity checks (a soak's), on with check_integrity or verify_every > 0: every block handed
@@ -126,6 +129,8 @@ struct replay_target {
   // any clock starts.
   virtual stream_ref stream_for(std::uint64_t trace_stream) { return trace_stream; }
   virtual std::size_t reserved() = 0;
+  // pool::settle on a pool target; nothing on others.
+  virtual void settle() {}
   virtual std::size_t peak_reserved() = 0;
   virtual pool_stats stats() { return {}; }
   virtual std::vector<block_info> blocks() { return {}; }

@@ -1279,6 +1279,18 @@ void pool::trim() {
   p.note_reserved();
 }
 
+void pool::settle() {
+  impl& p = *impl_;
+  std::lock_guard lock(p.m);
+  p.flush_fronts();
+  // Frees whose streams have run by now turn ready (an event recorded, none waited for), so the
+  // slabs they emptied can go too.
+  p.clock.cover_all();
+  p.promote_ready();
+  p.slabs.release_empty();
+  p.note_reserved();
+}
+
 pool_stats pool::stats() const {
   impl& p = *impl_;
   std::lock_guard lock(p.m);

@@ -87,7 +87,8 @@ class lean_replay {
 // Runs the soak's passes with either path (lean_replay or detail::row_replay) and fills in what
 // they measured.
 template <class Path>
-void soak(Path& path, replay_target& tgt, replay_integrity* integrity, std::size_t passes, replay_result& r) {
+void soak(Path& path, replay_target& tgt, replay_integrity* integrity, std::size_t passes, bool settle,
+          replay_result& r) {
   const std::size_t log_every = (passes + max_pass_log - 1) / max_pass_log;
   double seconds = 0;  // the passes' time so far
   for (std::size_t pass = 0; pass < passes; ++pass) {
@@ -99,6 +100,7 @@ void soak(Path& path, replay_target& tgt, replay_integrity* integrity, std::size
                         so_far.map_calls + so_far.unmap_calls, seconds, so_far.driver_maps + so_far.driver_unmaps};
     // A soak's next pass starts from what the trace left live: give it back so slots start clean.
     if (!last) path.free_live();
+    if (!last && settle) tgt.settle();  // outside the clock, like the frees before it
     if (integrity) {
       const auto t0 = clock_type::now();
       integrity->pass_done(pass);  // on the GPU: waits for the pass's checks, so they are timed
@@ -156,10 +158,10 @@ replay_result replay(const trace& t, const replay_options& given) {
   replay_integrity* const checks = integrity ? &*integrity : nullptr;
   if (detail::needs_rows(t, opts)) {
     detail::row_replay rows(t, plan, std::move(streams), opts, *tgt, job_time, checks, passes, r);
-    soak(rows, *tgt, checks, passes, r);
+    soak(rows, *tgt, checks, passes, opts.settle_between_passes, r);
   } else {
     lean_replay lean(plan, *tgt, streams, opts, passes);
-    soak(lean, *tgt, checks, passes, r);
+    soak(lean, *tgt, checks, passes, opts.settle_between_passes, r);
   }
   if (opts.progress) opts.progress(passes * plan.rows, passes * plan.rows);
   return r;

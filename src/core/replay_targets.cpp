@@ -55,6 +55,7 @@ struct pool_target final : target {
   }
   std::size_t reserved() override { return p.stats().reserved_bytes; }
   std::size_t peak_reserved() override { return p.stats().peak_reserved_bytes; }
+  void settle() override { p.settle(); }
   pool_stats stats() override { return p.stats(); }
   std::vector<block_info> blocks() override { return p.blocks(); }
   // The shadow model, plus: a block the device has not mapped would fault when written (and one

@@ -42,6 +42,7 @@ class gpumem_gpu_allocator final : public gpu_bench_allocator {
   }
   bool is_gpumem() const override { return true; }
   std::optional<pool_stats> gpumem_stats() const override { return pool_.pool().stats(); }
+  void settle() override { pool_.settle(); }
   void destroy_stream(stream_ref s) override {
     if (s) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies
     gpu_bench_allocator::destroy_stream(s);

@@ -61,6 +61,7 @@ class gpu_pool_target final : public replay_target {
   stream_ref stream_for(std::uint64_t t) override { return streams_.get(t); }
   std::size_t reserved() override { return pool_.stats().reserved_bytes; }
   std::size_t peak_reserved() override { return pool_.stats().peak_reserved_bytes; }
+  void settle() override { pool_.settle(); }
   pool_stats stats() override { return pool_.stats(); }
   std::vector<block_info> blocks() override { return pool_.pool().blocks(); }
   std::unique_ptr<replay_verifier> make_verifier() override { return cuda_detail::make_pattern_verifier(); }

@@ -34,6 +34,7 @@ struct bench_args {
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
   pool_options pool;  // --idle-budget, --grow-before-reclaim, --max-handle-bytes
+  bool settle = false;  // --settle
 };
 
 // The options of gpumem's pool that differ from the defaults, as "key=value,...".
@@ -197,7 +198,8 @@ int run_bench(const bench_args& args) {
   if (on_gpu) makers = gpu_bench_allocators(args.pool);
 #endif
   if (!on_gpu) makers = cpu_bench_allocators(args.pool);
-  const std::string gpumem_options_text = changed_pool_options(args.pool);
+  std::string gpumem_options_text = changed_pool_options(args.pool);
+  if (args.settle) gpumem_options_text += gpumem_options_text.empty() ? "settle=1" : ",settle=1";
   if (!args.allocators.empty()) {
     std::erase_if(makers, [&](const bench_allocator_maker& m) {
       return std::find(args.allocators.begin(), args.allocators.end(), m.name) == args.allocators.end();
@@ -219,6 +221,7 @@ int run_bench(const bench_args& args) {
 
   bench_config cfg;
   cfg.reps = args.reps;
+  cfg.settle_between_passes = args.settle;
   std::vector<bench_result> results;
   // Progress on a terminal: one step per (allocator, pattern).
   const int patterns_run = all ? 4 : 1;
@@ -285,6 +288,9 @@ const registrar reg{command{
                      "../shared/traces)");
       sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
       add_pool_tuning_options(sub, args->pool, "gpumem's pool");
+      sub.add_flag("--settle", args->settle,
+                   "gpumem's pool: pool::settle between the cold and the warm replay pass, as a job calls it where "
+                   "a step ends (outside the clock; its rows say settle=1)");
       sub.callback([args, &exit_code] { exit_code = run_bench(*args); });
     }}};
 

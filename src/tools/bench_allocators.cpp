@@ -28,6 +28,7 @@ class sim_pool_allocator final : public bench_allocator {
   stream_ref create_stream() override { return dev_.create_stream(); }
   bool is_gpumem() const override { return true; }
   std::optional<pool_stats> gpumem_stats() const override { return pool_.stats(); }
+  void settle() override { pool_.settle(); }
 
  private:
   static sim_options options() {

@@ -39,6 +39,8 @@ class bench_allocator {
   virtual bool is_gpumem() const { return false; }
   // gpumem's allocators: the pool's figures now (peaks since it was made); nullopt for the peers.
   virtual std::optional<pool_stats> gpumem_stats() const { return std::nullopt; }
+  // gpumem's allocators: pool::settle (bench --settle, between replay passes); nothing for the peers.
+  virtual void settle() {}
 };
 
 // Allocators are made one at a time and destroyed before the next, so their caches never compete

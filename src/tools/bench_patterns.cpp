@@ -379,7 +379,7 @@ struct replay_pair_ns {
 // Both passes of a plan on one allocator, through the shared replay loop (replay_loop.hpp) that
 // gpumem::replay times its targets with: streams made before the clock starts, what a pass leaves
 // live freed after it stops.
-replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan) {
+replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan, bool settle) {
   std::vector<stream_ref> streams{0};  // the plan's stream 0 is the default stream
   struct stream_guard {
     bench_allocator& a;
@@ -413,6 +413,7 @@ replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan) {
       driver_before = st->driver_maps + st->driver_unmaps;
     }
     loop.free_live();
+    if (settle) a.settle();
     a.synchronize();
     if (failure) std::rethrow_exception(failure);
     pass->ns_per_op = out.ops ? ns / double(out.ops) : 0;
@@ -439,7 +440,7 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
       std::vector<double> colds, warms;
       for (int rep = 0; rep < c.reps; ++rep) {
         bench_allocator& a = rep ? fresh() : first;
-        const replay_pair_ns ns = replay_passes(a, plan);
+        const replay_pair_ns ns = replay_passes(a, plan, c.settle_between_passes);
         colds.push_back(ns.cold.ns_per_op);
         warms.push_back(ns.warm.ns_per_op);
         cold.ops = warm.ops = ns.ops;

@@ -38,6 +38,9 @@ struct bench_config {
   double threads_run_ms = 100;
   // A replay run slower than this ends the repetitions early (cudaMalloc on the long trace).
   double replay_max_run_s = 5;
+  // Between the cold and the warm replay pass, after the cold pass's leftovers are freed:
+  // bench_allocator::settle (gpumem's pool::settle), outside the clock.
+  bool settle_between_passes = false;
   std::uint64_t seed = 42;
 };
 

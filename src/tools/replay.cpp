@@ -29,6 +29,7 @@ struct replay_args {
   std::size_t device_lag = 0;  // --device-lag
   bool trace_clock = false;    // --trace-clock
   bool recorded_threads = false;  // --recorded-threads
+  bool settle = false;            // --settle
   pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
@@ -152,6 +153,7 @@ int run(const replay_args& a) {
   base.device_lag_ops = a.device_lag;
   base.trace_clock = a.trace_clock;
   base.recorded_threads = a.recorded_threads;
+  base.settle_between_passes = a.settle;
   if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
   if (!a.verify_every.empty()) {
     base.check_integrity = true;
@@ -229,6 +231,10 @@ const registrar reg{command{
                    "issue each row on a thread of its own for each thread the trace names, in trace order (a "
                    "pool keeps a front cache per thread; PyTorch's backward runs on a thread of its own): for "
                    "memory figures, the time per op is then mostly the threads' handovers");
+      sub.add_flag("--settle", args->settle,
+                   "pool resources, with --passes or --ops: pool::settle between passes, as a job calls it where "
+                   "each step ends (cached blocks and empty slabs back to the pool's free memory, nothing to the "
+                   "device), so each pass starts from the layout the first started from");
       add_pool_tuning_options(sub, args->pool, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");

@@ -32,6 +32,7 @@ class gpu_pool {
   upstream& memory() const noexcept;
   pool_stats stats() const { return pool().stats(); }
   void trim() { pool().trim(); }
+  void settle() { pool().settle(); }
   bool operator==(const gpu_pool& o) const noexcept { return state_ == o.state_; }
 
   GPUMEM_CCCL_MEMBERS(gpu_pool)

@@ -7,6 +7,7 @@ and, whichever framework allocates:
 
     gpumem.stats()            # live / reserved bytes and their peaks, allocation counts
     gpumem.trim()             # hand cached memory back to the driver
+    gpumem.settle()           # where a step ends: cached blocks back to the pool, none to the driver
     gpumem.record_stream(x, s)  # x is also used on stream s (Tensor.record_stream's meaning)
     gpumem.reset_peaks()
     gpumem.flush_trace()      # with use(trace="job-{pid}.csv"): write the recorded requests out now
@@ -18,7 +19,7 @@ import ctypes
 from . import _lib
 from ._lib import configure, last_error, library_path
 
-__all__ = ["configure", "last_error", "library_path", "stats", "trim", "record_stream",
+__all__ = ["configure", "last_error", "library_path", "stats", "trim", "settle", "record_stream",
            "reset_peaks", "flush_trace"]
 
 _STAT_KEYS = ("live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes",
@@ -60,6 +61,15 @@ def trim(device=None) -> None:
     """Hands every cached byte of `device`'s pool (default: current) back to the driver; waits
     for pending frees first. What torch.cuda.empty_cache() does for PyTorch's own allocator."""
     if _lib.load().gpumem_trim(_device(device)) != 0:
+        raise RuntimeError(last_error())
+
+
+def settle(device=None) -> None:
+    """Gives what `device`'s pool (default: current) caches back to the pool's own free memory —
+    nothing to the driver, no wait. Call it where a training step or an inference batch ends: the
+    next step then lands where the first one did, on memory already mapped, instead of growing
+    around blocks the caches kept (pool::settle in include/gpumem/pool.hpp)."""
+    if _lib.load().gpumem_settle(_device(device)) != 0:
         raise RuntimeError(last_error())
 
 
