@@ -66,6 +66,15 @@ struct gpumem_policy {
   void record_use(void* p, stream_ref s) { pool.pool().record_use(p, s); }
 };
 
+// pool::settle right after every free: the block leaves the front cache for the arena's free
+// memory at once, where it must still be A's (or C's, with record_use) until their work is done.
+struct gpumem_settling_policy : gpumem_policy {
+  void deallocate(void* p, std::size_t n, stream_ref s) {
+    gpumem_policy::deallocate(p, n, s);
+    pool.settle();
+  }
+};
+
 stream_ref ref(cudaStream_t s) { return reinterpret_cast<stream_ref>(s); }
 
 long long cycles_for_ms(double ms) {
@@ -111,6 +120,14 @@ TEST(CrossStreamSafety, GpumemKeepsAFreedBlockFromAnotherStreamUntilTheReaderIsD
   GPUMEM_REQUIRE_GPU();
   gpumem_policy g;
   EXPECT_EQ(read_while_other_stream_writes(g, false), 0u) << "gpumem handed a block to stream B too early";
+}
+
+TEST(CrossStreamSafety, SettleKeepsAFreedBlockFromAnotherStreamUntilTheReaderIsDone) {
+  GPUMEM_REQUIRE_GPU();
+  gpumem_settling_policy g;
+  EXPECT_EQ(read_while_other_stream_writes(g, false), 0u) << "after settle, stream B got the block too early";
+  gpumem_settling_policy h;
+  EXPECT_EQ(read_while_other_stream_writes(h, true), 0u) << "after settle, record_use(p, C) did not hold the block";
 }
 
 TEST(CrossStreamSafety, TheUnsafePolicyCorruptsTheSameScenario) {
