@@ -320,6 +320,22 @@ gpumem::gpu_pool* existing_pool(int device) {
   return reg().pools[device].load(std::memory_order_acquire);
 }
 
+// `act` on `device`'s pool (-1: the current one) with that device current, if the pool exists:
+// trim's and settle's entry points. Returns 0, or -1 with last_error set.
+template <class Act>
+int on_existing_pool(int device, Act act) noexcept {
+  try {
+    gpumem::gpu_pool* p = existing_pool(device);
+    if (p == nullptr) return 0;
+    scoped_device guard(device);
+    act(*p);
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return -1;
+  }
+}
+
 // Which pool owns `p`: the one whose device the pointer lives on.
 gpumem::gpu_pool* pool_of_pointer(const void* p) {
   cudaPointerAttributes attr{};
@@ -465,31 +481,13 @@ __attribute__((visibility("default"))) int gpumem_stats(int device, std::size_t 
 
 // Hands back everything cached on `device` (-1: the current one). Returns 0, or -1 on error.
 __attribute__((visibility("default"))) int gpumem_trim(int device) noexcept {
-  try {
-    gpumem::gpu_pool* p = existing_pool(device);
-    if (p == nullptr) return 0;
-    scoped_device guard(device);
-    p->trim();
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-    return -1;
-  }
+  return on_existing_pool(device, [](gpumem::gpu_pool& p) { p.trim(); });
 }
 
 // pool::settle on `device`'s pool (-1: the current one): what its caches keep goes back to its
 // free memory, nothing to the driver. Returns 0, or -1 on error.
 __attribute__((visibility("default"))) int gpumem_settle(int device) noexcept {
-  try {
-    gpumem::gpu_pool* p = existing_pool(device);
-    if (p == nullptr) return 0;
-    scoped_device guard(device);
-    p->settle();
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-    return -1;
-  }
+  return on_existing_pool(device, [](gpumem::gpu_pool& p) { p.settle(); });
 }
 
 // Writes out the rows of the trace (configure's trace=PATH) recorded so far; the rest is written
