@@ -129,9 +129,9 @@ struct replay_target {
   // any clock starts.
   virtual stream_ref stream_for(std::uint64_t trace_stream) { return trace_stream; }
   virtual std::size_t reserved() = 0;
+  virtual std::size_t peak_reserved() = 0;
   // pool::settle on a pool target; nothing on others.
   virtual void settle() {}
-  virtual std::size_t peak_reserved() = 0;
   virtual pool_stats stats() { return {}; }
   virtual std::vector<block_info> blocks() { return {}; }
   // The alignment every block it hands out has.

@@ -99,7 +99,7 @@ double driver_us_per_op(const replay_result& r, const doctor_thresholds& th) {
 // Granules the pool moved in the second of two passes, per 1000 ops of that pass: what remaps
 // once the job's first step has set the pool up (0 when the replay kept no pass log).
 double second_pass_remapped_per_1000_ops(const replay_result& r) {
-  if (r.pass_log.size() < 2 || r.passes < 2 || r.ops == 0) return 0.0;
+  if (r.pass_log.size() < 2 || r.ops == 0) return 0.0;  // a pass log of two entries: passes >= 2
   const double pass_ops = static_cast<double>(r.ops) / static_cast<double>(r.passes);
   const double moved = static_cast<double>(r.pass_log[1].granules_moved - r.pass_log[0].granules_moved);
   return 1000.0 * moved / pass_ops;

@@ -66,9 +66,9 @@ def load() -> ctypes.CDLL:
         lib.gpumem_trim.argtypes = [i]
         lib.gpumem_trim.restype = i
         lib.gpumem_trim_all.argtypes = []
+        lib.gpumem_trim_all.restype = None
         lib.gpumem_settle.argtypes = [i]
         lib.gpumem_settle.restype = i
-        lib.gpumem_trim_all.restype = None
         lib.gpumem_record_stream.argtypes = [vp, vp]
         lib.gpumem_record_stream.restype = None
         lib.gpumem_reset_peaks.argtypes = [i]
