@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Allocator speed on the GPU machine (issue "Speed"): runs the prebuilt `gpumem bench all --json`
-# (gpumem's gpu_pool, cudaMalloc, cudaMallocAsync, CUB) and, where PyTorch is installed, builds and
-# runs bench_torch_peer (PyTorch's caching allocator) with g++ against the carried libgpumem.a;
-# writes $OUT/bench.jsonl and prints a table with gpumem's ratio to every peer.
+# (gpumem's gpu_pool, cudaMalloc, cudaMallocAsync, CUB) with, where PyTorch is installed, its
+# caching allocator in the same process (libgpumem_torch_peer.so, built here with g++ and loaded
+# with --peer-lib); writes $OUT/bench.jsonl and prints a table with gpumem's ratio to every peer.
 #
 # The GPU machine has no fmt/CLI11/nlohmann/benchmark headers, so nothing is configured there:
 #   here:   cmake --build build -j2 && scripts/device_bench.sh stage     # -> .carry/bench/
@@ -15,8 +15,8 @@ DIST=${GPUMEM_DIST:-.carry/bench}
 
 if [[ "${1:-}" == stage ]]; then
   mkdir -p "$DIST"
-  cp build/gpumem build/libgpumem.a "$DIST/"
-  # bench_torch_peer's sources and the headers they need travel with the working tree.
+  cp build/gpumem "$DIST/"
+  # The torch peer's source and include/gpumem/bench_peer.h travel with the working tree.
   ls -la "$DIST"
   exit 0
 fi
@@ -35,33 +35,30 @@ fi
 trace_args=()
 if [[ -n "$TRACES" ]]; then trace_args=(--traces "$TRACES"); else echo "no traces found: replay skipped" >&2; fi
 
-rc=0
-"$DIST/gpumem" bench all --json --reps "$REPS" "${trace_args[@]}" >"$OUT/bench.jsonl" 2>"$OUT/bench.stderr" || rc=$?
-echo "gpumem bench: exit $rc ($(wc -l <"$OUT/bench.jsonl") lines)"
-if [[ -s "$OUT/bench.stderr" ]]; then tail -5 "$OUT/bench.stderr"; fi
-
-# PyTorch's caching allocator, in its own process (its libcudart is not ours).
+# PyTorch's caching allocator joins the same process as a peer library (include/gpumem/bench_peer.h),
+# built here against the installed torch with g++ (bench/torch/torch_peer.cpp).
+peer_args=()
 TORCH_DIR=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))' 2>/dev/null || true)
 if [[ -z "${SKIP_TORCH:-}" && -n "$TORCH_DIR" && -d "$TORCH_DIR/include" ]]; then
   CUDA=${CUDA_HOME:-/usr/local/cuda}
-  zlib=$(ls /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so* 2>/dev/null | head -1 || true)
-  if g++ -std=c++20 -O2 -DNDEBUG -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -Isrc \
+  if g++ -std=c++20 -O2 -DNDEBUG -D_GLIBCXX_USE_CXX11_ABI=1 -fPIC -shared -Iinclude \
       -isystem "$TORCH_DIR/include" -isystem "$TORCH_DIR/include/torch/csrc/api/include" \
-      -isystem "$CUDA/include" \
-      bench/torch/bench_torch_peer.cpp src/tools/bench_patterns.cpp \
-      "$DIST/libgpumem.a" -L"$TORCH_DIR/lib" -lc10_cuda -lc10 -Wl,-rpath,"$TORCH_DIR/lib" \
-      "$CUDA/lib64/libcudart_static.a" ${zlib:+"$zlib"} -ldl -lrt -lpthread \
-      -o "$OUT/bench_torch_peer" 2>"$OUT/torch_build.log"; then
-    trc=0
-    "$OUT/bench_torch_peer" all --reps "$REPS" "${trace_args[@]}" >>"$OUT/bench.jsonl" 2>"$OUT/torch.stderr" || trc=$?
-    echo "bench_torch_peer: exit $trc"
-    if [[ -s "$OUT/torch.stderr" ]]; then tail -5 "$OUT/torch.stderr"; fi
+      -isystem "$CUDA/include" bench/torch/torch_peer.cpp \
+      -L"$TORCH_DIR/lib" -lc10_cuda -lc10 -Wl,-rpath,"$TORCH_DIR/lib" \
+      "$CUDA/lib64/libcudart_static.a" -ldl -lrt -lpthread \
+      -o "$OUT/libgpumem_torch_peer.so" 2>"$OUT/torch_build.log"; then
+    peer_args=(--peer-lib "$OUT/libgpumem_torch_peer.so")
   else
-    echo "bench_torch_peer did not build (torch at $TORCH_DIR):"; tail -20 "$OUT/torch_build.log"
+    echo "libgpumem_torch_peer.so did not build (torch at $TORCH_DIR):"; tail -20 "$OUT/torch_build.log"
   fi
 else
   echo "PyTorch not found (or SKIP_TORCH): torch-caching skipped"
 fi
+
+rc=0
+"$DIST/gpumem" bench all --json --reps "$REPS" "${trace_args[@]}" "${peer_args[@]}" >"$OUT/bench.jsonl" 2>"$OUT/bench.stderr" || rc=$?
+echo "gpumem bench: exit $rc ($(wc -l <"$OUT/bench.jsonl") lines)"
+if [[ -s "$OUT/bench.stderr" ]]; then tail -5 "$OUT/bench.stderr"; fi
 
 python3 - "$OUT/bench.jsonl" <<'PY'
 import json, sys

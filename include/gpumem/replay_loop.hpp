@@ -11,8 +11,6 @@
 //   void free(void* p, std::size_t bytes, stream_ref s);  // bytes: what alloc was given
 // A free goes to the stream of the trace's free row; what free_live gives back goes to the stream
 // it was allocated on.
-//
-// Plain C++ (no fmt): see replay_plan.hpp.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>

@@ -5,9 +5,6 @@
 // the trace's Stream values dense stream indices (the caller resolves each to a stream of its
 // allocator once, not per row). Shared by gpumem::replay, `gpumem bench` and bench/, so every
 // allocator is timed by the same loop over the same plan.
-//
-// Plain C++ (no fmt): bench_torch_peer builds src/tools/bench_patterns.cpp, which uses it, on
-// machines that lack fmt's headers.
 #include <cstddef>
 #include <cstdint>
 #include <vector>

@@ -2,7 +2,8 @@
 // speed of gpumem's pool against its peers, on the same patterns in the same process (issue
 // "Speed"; patterns in bench_patterns.hpp). With a GPU (CUDA build): gpumem's gpu_pool, cudaMalloc,
 // cudaMallocAsync and CUB's CachingDeviceAllocator. Without one, or with --simulate: gpumem's pool
-// on the simulated device next to glibc malloc. PyTorch's allocator: bench_torch_peer (optional).
+// on the simulated device next to glibc malloc. More peers from shared libraries (--peer-lib,
+// include/gpumem/bench_peer.h): PyTorch's caching allocator is bench/torch/torch_peer.cpp.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "gpumem/trace.hpp"
 #include "tools/bench_allocators.hpp"
 #include "tools/bench_patterns.hpp"
+#include "tools/bench_peer_plugin.hpp"
 #include "tools/command.hpp"
 #include "tools/pool_option_args.hpp"
 #include "tools/progress.hpp"
@@ -33,6 +35,7 @@ struct bench_args {
   int reps = 5;
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
+  std::vector<std::string> peer_libs;  // --peer-lib
   pool_options pool;  // --idle-budget, --grow-before-reclaim, --max-handle-bytes
   bool settle = false;  // --settle
 };
@@ -198,6 +201,23 @@ int run_bench(const bench_args& args) {
   if (on_gpu) makers = gpu_bench_allocators(args.pool);
 #endif
   if (!on_gpu) makers = cpu_bench_allocators(args.pool);
+  // Peers from shared libraries join the run whose device they work on; a library that cannot
+  // take part is an error before anything is timed, not a column quietly missing.
+  for (const auto& path : args.peer_libs) {
+    bench_peer_lib lib;
+    try {
+      lib = load_bench_peer(path);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "gpumem bench: {}\n", e.what());
+      return exit_unavailable;
+    }
+    if ((lib.device == "gpu") != on_gpu) {
+      fmt::print(stderr, "gpumem bench: --peer-lib {}: its peer {} works on the {}, and this run is on {}\n", path,
+                 lib.maker.name, lib.device == "gpu" ? "GPU" : "host", on_gpu ? "the GPU" : "the simulated device");
+      return exit_unavailable;
+    }
+    makers.push_back(std::move(lib.maker));
+  }
   std::string gpumem_options_text = changed_pool_options(args.pool);
   if (args.settle) gpumem_options_text += gpumem_options_text.empty() ? "settle=1" : ",settle=1";
   if (!args.allocators.empty()) {
@@ -287,6 +307,10 @@ const registrar reg{command{
                      "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces, "
                      "../shared/traces)");
       sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
+      sub.add_option("--peer-lib", args->peer_libs,
+                     "A shared library offering one more peer (include/gpumem/bench_peer.h), timed in this process "
+                     "beside the others, e.g. PyTorch's caching allocator (bench/torch/torch_peer.cpp)")
+          ->check(CLI::ExistingFile);
       add_pool_tuning_options(sub, args->pool, "gpumem's pool");
       sub.add_flag("--settle", args->settle,
                    "gpumem's pool: pool::settle between the cold and the warm replay pass, as a job calls it where "

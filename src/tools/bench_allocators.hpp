@@ -2,10 +2,9 @@
 // The allocators `gpumem bench` compares, behind one small interface so each pattern is written
 // once. CPU ones (gpumem's pool on the simulated device, glibc malloc) live in bench_allocators.cpp;
 // GPU ones (gpumem on the GPU, cudaMalloc, cudaMallocAsync, CUB's CachingDeviceAllocator) in
-// src/cuda/bench_gpu_allocators.cpp, built only with the CUDA layer. PyTorch's caching allocator
-// is a separate program (bench/torch/bench_torch_peer.cpp) so nothing here needs torch.
-//
-// Plain C++ only (no fmt, no CLI11): the torch peer is built on machines that lack those headers.
+// src/cuda/bench_gpu_allocators.cpp, built only with the CUDA layer. Peers from shared libraries
+// (PyTorch's caching allocator among them) come through bench_peer_plugin.hpp, so nothing here
+// needs torch.
 #include <cstddef>
 #include <functional>
 #include <memory>

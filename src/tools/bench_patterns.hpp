@@ -11,7 +11,7 @@
 //            plan (dense slots and streams) made and its streams created before the clock starts,
 //            what a pass leaves live freed after it stops: ns/op.
 // Random choices come from a fixed seed and are drawn before timing. Each figure is the median of
-// `reps` timed runs. Plain C++ only (see bench_allocators.hpp).
+// `reps` timed runs.
 #include <cstddef>
 #include <cstdint>
 #include <functional>

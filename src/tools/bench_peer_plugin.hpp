@@ -1,0 +1,24 @@
+#pragma once
+// `gpumem bench --peer-lib PATH`: a peer allocator from a shared library that speaks
+// include/gpumem/bench_peer.h, wrapped as one more bench_allocator_maker, timed in this process
+// beside gpumem and the built-in peers.
+#include <filesystem>
+#include <string>
+
+#include "tools/bench_allocators.hpp"
+
+namespace gpumem::tools {
+
+struct bench_peer_lib {
+  bench_allocator_maker maker;
+  std::string device;  // "gpu", "host" or "simulated": which runs it can join
+};
+
+// Loads `path` and returns a maker for the peer it offers. Throws std::runtime_error naming the
+// path and what is wrong: it cannot be loaded (the loader's own message), it does not export
+// GPUMEM_BENCH_PEER_SYMBOL, it does not speak GPUMEM_BENCH_PEER_ABI, or what it returned lacks a
+// name, a known device or a required function. The library stays loaded for the process's life:
+// a peer such as PyTorch registers exit handlers of its own.
+bench_peer_lib load_bench_peer(const std::filesystem::path& path);
+
+}  // namespace gpumem::tools
