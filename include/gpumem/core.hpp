@@ -39,6 +39,9 @@
 //   size class   a rounded request size; small classes are served from slabs.
 //   slab         an arena block carved into equal slots of one small size class.
 //   slot         one small object's place in a slab.
+//   slab zone    growing first on a virtual upstream, the upper half of the address range, where
+//                slabs are carved (every other block in the lower), so a slab never splits the
+//                memory large blocks leave; it grows by chunks of a few granules, one handle each.
 //   front cache  per-thread, per-stream bins of recently freed blocks, reused without a lock.
 //   settle       front caches and empty slabs given back to the pool's free memory, nothing to
 //                the upstream (pool::settle): where a job's step ends, so the next step starts

@@ -102,6 +102,10 @@ struct arena_options {
   std::function<std::uint64_t()> remap_clock_ns{};
   // pool_options::stream_ordered_moves.
   bool stream_ordered_moves = false;
+  // Virtual upstreams: slabs are carved from the upper half of the address range, every other
+  // block from the lower half (the pool sets it growing first, without an initial reserve; see
+  // `place`).
+  bool slab_zone = false;
 };
 
 class arena {
@@ -118,8 +122,9 @@ class arena {
   // all (upstream refused, limit reached). `why` then says which.
   // `may_map` false: only a place already mapped (no granule mapped or unmapped; an event may
   // still be recorded to see whether other streams' frees are done), else 0.
+  // `slab`: the block is a slab (arena_options::slab_zone).
   std::uintptr_t allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow,
-                          std::string* why = nullptr, bool may_map = true);
+                          std::string* why = nullptr, bool may_map = true, bool slab = false);
   // pool_options::initial_reserve_bytes: takes at least `bytes` from the upstream now, free for
   // every stream (virtual: mapped granules from the bottom of the range; plain: one segment).
   // Only on an arena that holds nothing yet. False (with `why`) if the upstream or the limit
@@ -264,7 +269,14 @@ class arena {
   // there as a kept mapping; else the driver has just unmapped it.
   void leave_granule(std::size_t g, bool keep);
   // Maps every unmapped granule under [a, a + n) (ready memory); false if memory could not be had.
-  bool map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_grow, std::string* why);
+  // [req_lo, req_hi), inside the window, is what the request will carve (the whole window unless
+  // given): memory moved in stream order onto the rest of the window's granules stays `s`'s.
+  bool map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_grow, std::string* why,
+                  std::uintptr_t req_lo = 0, std::uintptr_t req_hi = 0);
+  // arena_options::slab_zone: a slab that needs granules mapped gets the rest of its aligned
+  // chunk of the zone mapped with it, in one handle (see allocate).
+  static constexpr std::size_t slab_chunk_granules = 4;
+  bool map_slab_chunk(std::uintptr_t start, std::size_t size, stream_ref s, bool may_grow, std::string* why);
   // Handles adding up to exactly `count` granules, for one run of missing granules: spares, then
   // idle handles outside [keep_lo, keep_hi), then new ones. Appended to `got`.
   // `g0`: the run's first granule, where a kept mapping of an idle handle may serve at no cost.
@@ -376,6 +388,9 @@ class arena {
   // Set by `place`: the mapped block that holds the whole place it chose, where it saw one (its
   // granules need no count); else blocks_.end(). Valid until the blocks change.
   block_map::iterator placed_in_ = blocks_.end();
+  // The part of the address range `place` may choose from for the request at hand: all of it, or
+  // one half under arena_options::slab_zone.
+  std::uintptr_t zone_lo_ = 0, zone_hi_ = UINTPTR_MAX;
   std::vector<segment> segments_;
   std::size_t segment_bytes_ = 0;        // plain: sum of live segments
   std::size_t allocated_ = 0;            // bytes in live blocks

@@ -48,7 +48,7 @@ std::uintptr_t slab_cache::allocate(std::size_t cls, stream_ref s, bool may_grow
   if (got) return got;
   const std::size_t slot = size_class_bytes(cls);
   const std::size_t bytes = slab_bytes_for(slot);
-  std::uintptr_t base = arena_.allocate(bytes, class_unit, s, may_grow);
+  std::uintptr_t base = arena_.allocate(bytes, class_unit, s, may_grow, nullptr, true, /*slab=*/true);
   if (!base) return 0;
   auto owned = std::make_unique<slab>();
   slab* sl = owned.get();
