@@ -348,9 +348,10 @@ TEST(Doctor, SlowPathRemappingPricesTheDefaultPoolsDriverCalls) {
   EXPECT_GE(f.at("alternative_fragmentation"), 1.0);
 }
 
-// The reserve beside it: the size is what the pool growing first reaches in two passes, and the
-// default pool replayed twice on that reserve remaps far less in its second pass than it did
-// without one (this example: ~5 against ~740 granules per 1000 ops).
+// The reserve beside it: the size starts at what the pool growing first reaches in two passes and
+// grows by sixteenths of that while the default pool's second pass on it still remaps; on the
+// reserve quoted it remaps far less than without one (this example: none against ~740 granules
+// per 1000 ops, on 440 MiB and 2/16 more; on 440 MiB alone ~15).
 TEST(Doctor, SlowPathRemappingQuotesAnInitialReserveSizedByGrowingFirst) {
   const auto t = varlen_example();
   const auto r = gpumem::diagnose(t, with_the_real_replay());
@@ -359,7 +360,20 @@ TEST(Doctor, SlowPathRemappingQuotesAnInitialReserveSizedByGrowingFirst) {
   o.passes = 2;
   o.pool.grow_before_reclaim = true;
   const gpumem::replay_result growing = gpumem::replay(t, o);
-  EXPECT_EQ(f.at("reserve_bytes"), static_cast<double>(growing.peak_reserved_bytes));
+  const std::size_t grown = growing.peak_reserved_bytes;
+  EXPECT_EQ(f.at("reserve_growing_first_bytes"), static_cast<double>(grown));
+  const auto reserve = static_cast<std::size_t>(f.at("reserve_bytes"));
+  ASSERT_GE(reserve, grown);
+  ASSERT_EQ((reserve - grown) % (grown / 16), 0u);
+  EXPECT_LE((reserve - grown) / (grown / 16), 4u);
+  if (reserve > grown) {
+    // The search went on only while the default pool's second pass still remapped.
+    gpumem::replay_options d;
+    d.passes = 2;
+    d.pool.initial_reserve_bytes = reserve - grown / 16;
+    const gpumem::replay_result smaller = gpumem::replay(t, d);
+    EXPECT_GT(smaller.pass_log.at(1).granules_moved, smaller.pass_log.at(0).granules_moved);
+  }
   EXPECT_GE(f.at("reserve_bytes"), static_cast<double>(r.peak_live_bytes));
   EXPECT_LT(f.at("reserve_second_pass_granules_remapped_per_1000_ops"), 0.1 * f.at("granules_remapped_per_1000_ops"));
   EXPECT_GE(f.at("reserve_fragmentation"), 1.0);
