@@ -441,13 +441,7 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
   // mapped) needs no granule mapped, and its granules need no count: most requests that miss the
   // front caches land so (a training step's shapes come back where they were).
   auto consider = [&](std::uintptr_t lo, std::uintptr_t hi, block_map::iterator first) {
-    if (lo < zone_lo_) {  // only the request's zone (arena_options::slab_zone)
-      if (hi <= zone_lo_) return false;
-      lo = zone_lo_;
-      first = block_at(lo);
-    }
-    if (hi > zone_hi_) hi = zone_hi_;
-    if (hi <= lo || hi - lo < size) return false;
+    if (hi - lo < size) return false;
     bool fits = false;
     auto try_at = [&](std::uintptr_t at, block_map::iterator in) {
       if (at < lo || at + size > hi) return;
@@ -473,11 +467,37 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
     return fits;
   };
   const bool foreign = foreign_owned(s);
-  // Whether run [start, hi) holds a place (and `cost` and `start` the best one so far).
-  auto visit = [&](std::uintptr_t run_start, std::uintptr_t hi) {
-    auto first = blocks_.find(run_start);
+  // The runs to look at: by size from the best fit (`runs` of them that can hold the request);
+  // or, in the slab zone, by address from its bottom — slabs pack there, the lowest place that
+  // maps the fewest granules winning (its runs are the few holes between slabs and the space
+  // above).
+  const bool slab_half = zone_lo_ > range_base_;
+  auto by_size = runs_.lower_bound({size, 0});
+  auto by_addr = run_at_.end();
+  if (slab_half) {
+    by_addr = run_at_.upper_bound(zone_lo_);
+    if (by_addr != run_at_.begin() && std::prev(by_addr)->start + std::prev(by_addr)->size > zone_lo_) --by_addr;
+  }
+  std::size_t seen = 0, looked = 0;
+  while (cost) {
+    std::uintptr_t run_start, hi;
+    if (slab_half) {
+      if (by_addr == run_at_.end() || by_addr->start >= zone_hi_) break;
+      run_start = by_addr->start, hi = by_addr->start + by_addr->size;
+      ++by_addr;
+      if (hi - run_start < size) continue;
+    } else {
+      if (by_size == runs_.end() || seen >= runs) break;
+      run_start = by_size->start, hi = by_size->start + by_size->size;
+      ++by_size;
+      if (run_start >= zone_hi_) continue;  // the slab zone's runs (arena_options::slab_zone)
+    }
+    // Only the request's half (arena_options::slab_zone).
+    auto first = run_start < zone_lo_ ? block_at(run_start = zone_lo_) : blocks_.find(run_start);
+    if (hi > zone_hi_) hi = zone_hi_;
     bool fits = false;
-    if (foreign) {
+    if (hi <= run_start) {
+    } else if (foreign) {
       std::uintptr_t lo = run_start;
       std::size_t walked = 0;
       for (auto b = first; b != blocks_.end() && b->first < hi; ++b) {
@@ -496,21 +516,8 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
     } else {
       fits = consider(run_start, hi, first);
     }
-    return fits;
-  };
-  if (zone_lo_ > range_base_) {
-    // The slab zone, by address: slabs pack from its bottom, the lowest place that maps the
-    // fewest granules winning (its runs are the few holes between slabs and the space above).
-    auto c = run_at_.upper_bound(zone_lo_);
-    if (c != run_at_.begin() && std::prev(c)->start + std::prev(c)->size > zone_lo_) --c;
-    for (; c != run_at_.end() && c->start < zone_hi_ && cost; ++c)
-      if (c->size >= size) visit(c->start, c->start + c->size);
-    return cost != SIZE_MAX;
-  }
-  std::size_t seen = 0, looked = 0;
-  for (auto c = runs_.lower_bound({size, 0}); c != runs_.end() && seen < runs && cost; ++c) {
-    if (c->start >= zone_hi_) continue;  // the slab zone's runs (arena_options::slab_zone)
-    if (visit(c->start, c->start + c->size)) ++seen;
+    if (slab_half) continue;
+    if (fits) ++seen;
     if (++looked >= 64 && !all && seen) break;  // alignment kept failing: enough
   }
   return cost != SIZE_MAX;
