@@ -8,7 +8,8 @@
 #   here:   cmake --build build -j2 && scripts/device_bench.sh stage     # -> .carry/bench/
 #   device: run(command="scripts/device_bench.sh", carry=[".carry/bench"])
 # Env: REPS (default 5), GPUMEM_TRACES (trace folder; default shared/traces or ../shared/traces),
-#      GPUMEM_DIST (default .carry/bench), SKIP_TORCH=1.
+#      GPUMEM_DIST (default .carry/bench), SKIP_TORCH=1, BENCH_FLAGS (more `gpumem bench` flags, e.g.
+#      "--grow-before-reclaim": gpumem's pool options; the peers are untouched by them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST=${GPUMEM_DIST:-.carry/bench}
@@ -56,14 +57,16 @@ else
 fi
 
 rc=0
-"$DIST/gpumem" bench all --json --reps "$REPS" "${trace_args[@]}" "${peer_args[@]}" >"$OUT/bench.jsonl" 2>"$OUT/bench.stderr" || rc=$?
+# shellcheck disable=SC2086  # BENCH_FLAGS is a list of flags
+"$DIST/gpumem" bench all --json --reps "$REPS" ${BENCH_FLAGS:-} "${trace_args[@]}" "${peer_args[@]}" >"$OUT/bench.jsonl" 2>"$OUT/bench.stderr" || rc=$?
 echo "gpumem bench: exit $rc ($(wc -l <"$OUT/bench.jsonl") lines)"
 if [[ -s "$OUT/bench.stderr" ]]; then tail -5 "$OUT/bench.stderr"; fi
 
 python3 - "$OUT/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-units = {"pair": "ns_per_pair", "churn": "ns_per_op", "threads": "mops_per_s", "replay": "ns_per_op"}
+units = {"pair": "ns_per_pair", "churn": "ns_per_op", "threads": "mops_per_s", "replay": "ns_per_op",
+         "replay-warm": "ns_per_op"}
 def param(r):
     p = r["pattern"]
     if p == "pair":
@@ -71,11 +74,11 @@ def param(r):
         while b >= 1024 and b % 1024 == 0 and u < 4: b //= 1024; u += 1
         return f"{b} {['B','KiB','MiB','GiB','TiB'][u]}"
     if p == "threads": return f"{r['threads']} threads"
-    if p == "replay": return r["trace"]
+    if p in ("replay", "replay-warm"): return r["trace"]
     return p
 allocs = list(dict.fromkeys(r["allocator"] for r in rows))
 ours = [a for a in allocs if a.startswith("gpumem")]
-for pat in ["pair", "churn", "threads", "replay"]:
+for pat in ["pair", "churn", "threads", "replay", "replay-warm"]:
     pr = [r for r in rows if r["pattern"] == pat]
     if not pr: continue
     params = list(dict.fromkeys(param(r) for r in pr))
