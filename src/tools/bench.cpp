@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <system_error>
+#include <utility>
 #include <map>
 #include <memory>
 #include <thread>
@@ -36,6 +38,7 @@ struct bench_args {
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
   std::vector<std::string> peer_libs;  // --peer-lib
+  bool no_auto_peers = false;          // --no-auto-peers
   pool_options pool;  // --idle-budget, --grow-before-reclaim, --max-handle-bytes
   bool settle = false;  // --settle
 };
@@ -201,20 +204,41 @@ int run_bench(const bench_args& args) {
   if (on_gpu) makers = gpu_bench_allocators(args.pool);
 #endif
   if (!on_gpu) makers = cpu_bench_allocators(args.pool);
-  // Peers from shared libraries join the run whose device they work on; a library that cannot
-  // take part is an error before anything is timed, not a column quietly missing.
-  for (const auto& path : args.peer_libs) {
+  // Peers from shared libraries join the run whose device they work on. One named with --peer-lib
+  // that cannot take part is an error before anything is timed, not a column quietly missing; one
+  // found beside the executable (peer_libs_beside) is left out with a note.
+  std::vector<std::pair<std::filesystem::path, bool>> libs;  // path, named with --peer-lib
+  for (const auto& path : args.peer_libs) libs.emplace_back(path, true);
+  if (!args.no_auto_peers)
+    for (const auto& found : peer_libs_beside()) {
+      const bool named = std::any_of(args.peer_libs.begin(), args.peer_libs.end(), [&](const std::string& p) {
+        std::error_code ec;
+        return std::filesystem::equivalent(p, found, ec);
+      });
+      if (!named) libs.emplace_back(found, false);
+    }
+  for (const auto& [path, named] : libs) {
+    const std::string how = named ? "--peer-lib " + path.string() : path.string() + " (found beside gpumem)";
     bench_peer_lib lib;
     try {
       lib = load_bench_peer(path);
     } catch (const std::exception& e) {
-      fmt::print(stderr, "gpumem bench: {}\n", e.what());
-      return exit_unavailable;
+      fmt::print(stderr, "gpumem bench: {}{}\n", e.what(), named ? "" : "; left out (--no-auto-peers skips the search)");
+      if (named) return exit_unavailable;
+      continue;
     }
     if ((lib.device == "gpu") != on_gpu) {
-      fmt::print(stderr, "gpumem bench: --peer-lib {}: its peer {} works on the {}, and this run is on {}\n", path,
-                 lib.maker.name, lib.device == "gpu" ? "GPU" : "host", on_gpu ? "the GPU" : "the simulated device");
-      return exit_unavailable;
+      fmt::print(stderr, "gpumem bench: {}: its peer {} works on the {}, and this run is on {}{}\n", how, lib.maker.name,
+                 lib.device == "gpu" ? "GPU" : "host", on_gpu ? "the GPU" : "the simulated device",
+                 named ? "" : "; left out");
+      if (named) return exit_unavailable;
+      continue;
+    }
+    if (std::any_of(makers.begin(), makers.end(), [&](const bench_allocator_maker& m) { return m.name == lib.maker.name; })) {
+      fmt::print(stderr, "gpumem bench: {}: a peer named {} is in the run already{}\n", how, lib.maker.name,
+                 named ? "" : "; left out");
+      if (named) return exit_unavailable;
+      continue;
     }
     makers.push_back(std::move(lib.maker));
   }
@@ -311,6 +335,9 @@ const registrar reg{command{
                      "A shared library offering one more peer (include/gpumem/bench_peer.h), timed in this process "
                      "beside the others, e.g. PyTorch's caching allocator (bench/torch/torch_peer.cpp)")
           ->check(CLI::ExistingFile);
+      sub.add_flag("--no-auto-peers", args->no_auto_peers,
+                   "Do not take the peer libraries (libgpumem_*_peer.so) found beside the gpumem executable or in "
+                   "$GPUMEM_BENCH_PEER_DIR");
       add_pool_tuning_options(sub, args->pool, "gpumem's pool");
       sub.add_flag("--settle", args->settle,
                    "gpumem's pool: pool::settle between the cold and the warm replay pass, as a job calls it where "

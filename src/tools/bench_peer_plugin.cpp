@@ -6,7 +6,10 @@
 #include <dlfcn.h>
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <system_error>
 #include <stdexcept>
 #include <string>
 
@@ -93,6 +96,22 @@ bench_peer_lib load_bench_peer(const std::filesystem::path& path) {
   if (!p->create_stream != !p->destroy_stream)
     throw bad(fmt::format("its peer {} has only one of create_stream and destroy_stream", p->name));
   return {{p->name, [p] { return std::unique_ptr<bench_allocator>(new plugin_peer(*p)); }}, device};
+}
+
+std::vector<std::filesystem::path> peer_libs_beside() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir;
+  if (const char* env = std::getenv("GPUMEM_BENCH_PEER_DIR"); env && *env) dir = env;
+  else dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  std::vector<fs::path> out;
+  if (ec || dir.empty()) return out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("libgpumem_") && name.ends_with("_peer.so") && it->is_regular_file(ec)) out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace gpumem::tools

@@ -4,6 +4,7 @@
 // beside gpumem and the built-in peers.
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tools/bench_allocators.hpp"
 
@@ -20,5 +21,10 @@ struct bench_peer_lib {
 // name, a known device or a required function. The library stays loaded for the process's life:
 // a peer such as PyTorch registers exit handlers of its own.
 bench_peer_lib load_bench_peer(const std::filesystem::path& path);
+
+// Peer libraries `gpumem bench` takes without being told: every libgpumem_*_peer.so in
+// $GPUMEM_BENCH_PEER_DIR if set, else in the running executable's folder (where the build puts
+// libgpumem_torch_peer.so), sorted by name. None if the folder cannot be read.
+std::vector<std::filesystem::path> peer_libs_beside();
 
 }  // namespace gpumem::tools

@@ -73,3 +73,27 @@ add_test(NAME cli_bench_peer_header_is_plain_c
   COMMAND sh -c "command -v cc >/dev/null 2>&1 || { echo 'cc not found: skipped'; exit 77; }; printf '#include <gpumem/bench_peer.h>\\nint main(void) { gpumem_bench_peer p = {0}; return p.abi; }\\n' | exec cc -std=c99 -pedantic -Wall -Wextra -Werror -I\"$0\" -x c -o /dev/null -"
           ${PROJECT_SOURCE_DIR}/include)
 set_tests_properties(cli_bench_peer_header_is_plain_c PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
+
+# Without --peer-lib: every libgpumem_*_peer.so beside the executable (here: $GPUMEM_BENCH_PEER_DIR)
+# joins the run; --no-auto-peers leaves them out; one that cannot join is left out with a note,
+# and the run goes on.
+add_test(NAME cli_bench_peer_lib_found_beside
+  COMMAND ${CMAKE_COMMAND} -E env GPUMEM_BENCH_PEER_DIR=$<TARGET_FILE_DIR:gpumem_test_peer>
+          ${_peer_cli} bench pair --simulate --reps 1 --json)
+set_tests_properties(cli_bench_peer_lib_found_beside PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "\"allocator\":\"test-peer\",\"device\":\"host\",\"size_bytes\":512")
+add_test(NAME cli_bench_peer_lib_found_beside_and_named_runs_once
+  COMMAND sh -c "GPUMEM_BENCH_PEER_DIR=\"$(dirname \"$1\")\" \"$0\" bench pair --simulate --reps 1 --json --peer-lib \"$1\" | grep -c '\"allocator\":\"test-peer\",\"device\":\"host\",\"size_bytes\":512,'"
+          ${_peer_cli} ${_peer})
+set_tests_properties(cli_bench_peer_lib_found_beside_and_named_runs_once PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "^1\n$")
+add_test(NAME cli_bench_peer_lib_no_auto_peers
+  COMMAND ${CMAKE_COMMAND} -E env GPUMEM_BENCH_PEER_DIR=$<TARGET_FILE_DIR:gpumem_test_peer>
+          ${_peer_cli} bench pair --simulate --reps 1 --json --no-auto-peers)
+set_tests_properties(cli_bench_peer_lib_no_auto_peers PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "\"allocator\":\"malloc\"" FAIL_REGULAR_EXPRESSION "test-peer")
+add_test(NAME cli_bench_peer_lib_found_beside_for_the_gpu_is_left_out
+  COMMAND sh -c "GPUMEM_TEST_PEER_DEVICE=gpu GPUMEM_BENCH_PEER_DIR=\"$(dirname \"$1\")\" \"$0\" bench pair --simulate --reps 1 --json --allocator gpumem-sim 2>&1; echo exit=$?"
+          ${_peer_cli} ${_peer})
+set_tests_properties(cli_bench_peer_lib_found_beside_for_the_gpu_is_left_out PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "libgpumem_test_peer.so \\(found beside gpumem\\): its peer test-peer works on the GPU, and this run is on the simulated device; left out\n(.*\n)*exit=0")
