@@ -495,9 +495,9 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
     // Only the request's half (arena_options::slab_zone).
     auto first = run_start < zone_lo_ ? block_at(run_start = zone_lo_) : blocks_.find(run_start);
     if (hi > zone_hi_) hi = zone_hi_;
+    if (hi <= run_start) continue;  // (the slab half's runs all reach past zone_lo_)
     bool fits = false;
-    if (hi <= run_start) {
-    } else if (foreign) {
+    if (foreign) {
       std::uintptr_t lo = run_start;
       std::size_t walked = 0;
       for (auto b = first; b != blocks_.end() && b->first < hi; ++b) {
