@@ -52,6 +52,28 @@ TEST(replay_soak_gpu, every_block_verified_and_clean) {
     }
 }
 
+// Growing first the pool carves slabs from a half of the address range of their own, mapping a
+// chunk of granules at a time around the slab that needs them (arena::map_slab_chunk): the chunk's
+// other granules are mapped in the same handle and later slabs land on them. Every block stamped
+// and checked by kernels, through both halves, on one stream and across two.
+TEST(replay_soak_gpu, growing_first_every_block_verified_and_clean) {
+  GPUMEM_REQUIRE_GPU();
+  register_gpu_replay_targets();
+  for (const char* name : {"small_training.csv", "vision_two_streams.csv", "varlen_inference.csv"}) {
+    SCOPED_TRACE(name);
+    const trace t = read_trace(examples + "/" + name);
+    replay_options o = soak("gpu-pool", 3);
+    o.pool.grow_before_reclaim = true;
+    const replay_result r = replay(t, o);
+    EXPECT_EQ(r.failed_allocs, 0u);
+    EXPECT_GT(r.verified_blocks, 0u);
+    EXPECT_EQ(r.overlaps, 0u);
+    EXPECT_EQ(r.misaligned, 0u);
+    EXPECT_EQ(r.mismatched_words, 0u);
+    if (!r.integrity_notes.empty()) ADD_FAILURE() << r.integrity_notes.front();
+  }
+}
+
 // The varying-shape example on the pool's tight reserve moves granules on most shape changes, and
 // moves go back where the granule is still mapped (a kept mapping, no driver call) when its
 // handle is idle by then: the data stamped through one place is checked through the other, on the
