@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <system_error>
-#include <utility>
 #include <map>
 #include <memory>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #include "gpumem/trace.hpp"
 #include "tools/bench_allocators.hpp"
@@ -223,7 +223,8 @@ int run_bench(const bench_args& args) {
     try {
       lib = load_bench_peer(path);
     } catch (const std::exception& e) {
-      fmt::print(stderr, "gpumem bench: {}{}\n", e.what(), named ? "" : "; left out (--no-auto-peers skips the search)");
+      fmt::print(stderr, "gpumem bench: {}: {}{}\n", how, e.what(),
+                 named ? "" : "; left out (--no-auto-peers skips the search)");
       if (named) return exit_unavailable;
       continue;
     }

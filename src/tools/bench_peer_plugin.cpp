@@ -67,9 +67,7 @@ class plugin_peer final : public bench_allocator {
 }  // namespace
 
 bench_peer_lib load_bench_peer(const std::filesystem::path& path) {
-  auto bad = [&](const std::string& why) {
-    return std::runtime_error(fmt::format("--peer-lib {}: {}", path.string(), why));
-  };
+  auto bad = [](const std::string& why) { return std::runtime_error(why); };
   // A path without a slash would be looked up in the library search path, not where the user
   // points: make it explicit.
   const std::string where = path.has_parent_path() ? path.string() : "./" + path.string();

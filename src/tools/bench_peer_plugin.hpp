@@ -15,8 +15,8 @@ struct bench_peer_lib {
   std::string device;  // "gpu", "host" or "simulated": which runs it can join
 };
 
-// Loads `path` and returns a maker for the peer it offers. Throws std::runtime_error naming the
-// path and what is wrong: it cannot be loaded (the loader's own message), it does not export
+// Loads `path` and returns a maker for the peer it offers. Throws std::runtime_error saying what
+// is wrong (the caller names the library): it cannot be loaded (the loader's own message), it does not export
 // GPUMEM_BENCH_PEER_SYMBOL, it does not speak GPUMEM_BENCH_PEER_ABI, or what it returned lacks a
 // name, a known device or a required function. The library stays loaded for the process's life:
 // a peer such as PyTorch registers exit handlers of its own.

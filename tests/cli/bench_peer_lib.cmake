@@ -97,3 +97,8 @@ add_test(NAME cli_bench_peer_lib_found_beside_for_the_gpu_is_left_out
           ${_peer_cli} ${_peer})
 set_tests_properties(cli_bench_peer_lib_found_beside_for_the_gpu_is_left_out PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "libgpumem_test_peer.so \\(found beside gpumem\\): its peer test-peer works on the GPU, and this run is on the simulated device; left out\n(.*\n)*exit=0")
+add_test(NAME cli_bench_peer_lib_found_beside_and_broken_is_left_out
+  COMMAND sh -c "d=$(mktemp -d) && cp \"$1\" \"$d/libgpumem_broken_peer.so\" && GPUMEM_BENCH_PEER_DIR=\"$d\" \"$0\" bench pair --simulate --reps 1 --json --allocator gpumem-sim 2>&1; echo exit=$?; rm -rf \"$d\""
+          ${_peer_cli} ${PROJECT_SOURCE_DIR}/README.md)
+set_tests_properties(cli_bench_peer_lib_found_beside_and_broken_is_left_out PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "libgpumem_broken_peer.so \\(found beside gpumem\\): cannot be loaded: [^\n]*; left out \\(--no-auto-peers skips the search\\)\n(.*\n)*exit=0")
