@@ -83,7 +83,10 @@ struct pool_options {
   // Growing first, a large request also takes a cached block somewhat larger than itself (of its
   // size class or the next two), the front caches keep large blocks up to front_cache_grow_fraction
   // of live, and before growing for one the pool carves it from a large enough block the caller's
-  // front cache keeps.
+  // front cache keeps. On a virtual upstream without initial_reserve_bytes it also carves slabs
+  // from a half of the address range of their own (the glossary's slab zone), so a slab never
+  // splits the memory large blocks leave: bert's second replay pass then mapped 18 granules more
+  // than its first instead of 48, at 1.427 of peak live instead of 1.488 (design notes, session 19).
   bool grow_before_reclaim = false;
   // Per-thread, per-stream front caches: the lock-free common path.
   bool front_cache = true;
