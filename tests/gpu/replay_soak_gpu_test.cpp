@@ -34,6 +34,16 @@ replay_options soak(const std::string& resource, std::size_t passes) {
   return o;
 }
 
+// Every block served, verified, and found where and as it was stamped.
+void expect_clean(const replay_result& r) {
+  EXPECT_EQ(r.failed_allocs, 0u);
+  EXPECT_GT(r.verified_blocks, 0u);
+  EXPECT_EQ(r.overlaps, 0u);
+  EXPECT_EQ(r.misaligned, 0u);
+  EXPECT_EQ(r.mismatched_words, 0u);
+  if (!r.integrity_notes.empty()) ADD_FAILURE() << r.integrity_notes.front();
+}
+
 TEST(replay_soak_gpu, every_block_verified_and_clean) {
   GPUMEM_REQUIRE_GPU();
   register_gpu_replay_targets();
@@ -42,13 +52,7 @@ TEST(replay_soak_gpu, every_block_verified_and_clean) {
     for (const char* resource : {"gpu-pool", "gpu-pool-segments", "cuda-malloc-async"}) {
       SCOPED_TRACE(std::string(name) + " on " + resource);
       const trace t = read_trace(examples + "/" + name);
-      const replay_result r = replay(t, soak(resource, 3));
-      EXPECT_EQ(r.failed_allocs, 0u);
-      EXPECT_GT(r.verified_blocks, 0u);
-      EXPECT_EQ(r.overlaps, 0u);
-      EXPECT_EQ(r.misaligned, 0u);
-      EXPECT_EQ(r.mismatched_words, 0u);
-      if (!r.integrity_notes.empty()) ADD_FAILURE() << r.integrity_notes.front();
+      expect_clean(replay(t, soak(resource, 3)));
     }
 }
 
@@ -64,13 +68,7 @@ TEST(replay_soak_gpu, growing_first_every_block_verified_and_clean) {
     const trace t = read_trace(examples + "/" + name);
     replay_options o = soak("gpu-pool", 3);
     o.pool.grow_before_reclaim = true;
-    const replay_result r = replay(t, o);
-    EXPECT_EQ(r.failed_allocs, 0u);
-    EXPECT_GT(r.verified_blocks, 0u);
-    EXPECT_EQ(r.overlaps, 0u);
-    EXPECT_EQ(r.misaligned, 0u);
-    EXPECT_EQ(r.mismatched_words, 0u);
-    if (!r.integrity_notes.empty()) ADD_FAILURE() << r.integrity_notes.front();
+    expect_clean(replay(t, o));
   }
 }
 
