@@ -42,24 +42,25 @@ bool guarded(char* err, std::size_t err_bytes, F&& f) noexcept {
 // close empty its cache, so each pattern starts from nothing, as the other peers do.
 int token;
 
+void empty_cache() {
+  c10::cuda::device_synchronize();
+  alloc::emptyCache();
+}
+
 void* peer_open(char* err, std::size_t err_bytes) {
   const bool ok = guarded(err, err_bytes, [] {
     if (c10::cuda::device_count() == 0) throw std::runtime_error("no CUDA device visible to PyTorch");
     // What torch.cuda's lazy init does for Python users, once.
     static std::once_flag once;
     std::call_once(once, [] { alloc::init(static_cast<int>(c10::cuda::device_count())); });
-    c10::cuda::device_synchronize();
-    alloc::emptyCache();
+    empty_cache();
   });
   return ok ? &token : nullptr;
 }
 
 void peer_close(void*) {
   char err[256];
-  if (!guarded(err, sizeof err, [] {
-        c10::cuda::device_synchronize();
-        alloc::emptyCache();
-      }))
+  if (!guarded(err, sizeof err, empty_cache))
     std::fprintf(stderr, "torch-caching: emptying the cache failed: %s\n", err);
 }
 
@@ -88,17 +89,15 @@ std::uintptr_t peer_create_stream(void*, char* err, std::size_t err_bytes) {
   return reinterpret_cast<std::uintptr_t>(s);
 }
 
-void peer_destroy_stream(void*, std::uintptr_t s) {
-  char err[256];
-  if (!guarded(err, sizeof err, [] { c10::cuda::device_synchronize(); }))
-    std::fprintf(stderr, "torch-caching: device_synchronize failed: %s\n", err);
-  cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s));
-}
-
 void peer_synchronize(void*) {
   char err[256];
   if (!guarded(err, sizeof err, [] { c10::cuda::device_synchronize(); }))
     std::fprintf(stderr, "torch-caching: device_synchronize failed: %s\n", err);
+}
+
+void peer_destroy_stream(void* self, std::uintptr_t s) {
+  peer_synchronize(self);
+  cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s));
 }
 
 const gpumem_bench_peer peer{GPUMEM_BENCH_PEER_ABI, "torch-caching", "gpu",  peer_open,

@@ -235,7 +235,7 @@ std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_r
   std::size_t cost = 0;
   auto place_any = [&] { return place(size, alignment, s, 4, start, cost) || place(size, alignment, s, SIZE_MAX, start, cost); };
   bool placed = place_any();
-  if (!placed && (zone_lo_ != 0 || zone_hi_ != UINTPTR_MAX)) {
+  if (!placed && opts_.slab_zone) {
     // Its half is full (a small address range): anywhere rather than fail.
     zone_lo_ = 0, zone_hi_ = UINTPTR_MAX;
     placed = place_any();
@@ -285,8 +285,8 @@ bool arena::map_slab_chunk(std::uintptr_t start, std::size_t size, stream_ref s,
   const std::size_t chunk = slab_chunk_granules * granule_;
   auto run = std::prev(run_at_.upper_bound(start));  // the free run `place` chose
   const std::uintptr_t lo = std::max({range_base_ + (start - range_base_) / chunk * chunk, run->start, zone_lo_});
-  const std::uintptr_t hi = std::min({range_base_ + (start + size - range_base_ + chunk - 1) / chunk * chunk,
-                                      run->start + run->size, zone_hi_});
+  const std::uintptr_t hi =
+      std::min({range_base_ + align_up(start + size - range_base_, chunk), run->start + run->size, zone_hi_});
   if (lo == start && hi == start + size) return false;  // the chunk is the request: nothing to add
   std::string ignored;
   return map_window(lo, hi - lo, s, may_grow, why ? &ignored : nullptr, start, start + size);

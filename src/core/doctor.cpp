@@ -139,10 +139,8 @@ bool reserve_alternative(const trace& t, const doctor_options& opts, finding& f,
     f.figures.push_back(count("reserve_growing_first_bytes", grown));
     f.figures.push_back(ratio("reserve_second_pass_granules_remapped_per_1000_ops", per_1000));
     f.figures.push_back(ratio("reserve_fragmentation", reserved.fragmentation));
-    const std::string how = steps == 0 ? std::string("what the pool growing first reaches in two passes")
-                                       : fmt::format("what the pool growing first reaches in two passes, {}, and {}/16 "
-                                                     "more",
-                                                     bytes_text(static_cast<double>(grown)), steps);
+    std::string how = "what the pool growing first reaches in two passes";
+    if (steps > 0) how += fmt::format(", {}, and {}/16 more", bytes_text(static_cast<double>(grown)), steps);
     sentence = fmt::format("; with an initial reserve of {} ({}), {:.1f} per 1000 ops in a second pass at {:.3f}x",
                            bytes_text(static_cast<double>(reserve)), how, per_1000, reserved.fragmentation);
     return true;

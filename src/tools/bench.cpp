@@ -220,24 +220,21 @@ int run_bench(const bench_args& args) {
   for (const auto& [path, named] : libs) {
     const std::string how = named ? "--peer-lib " + path.string() : path.string() + " (found beside gpumem)";
     bench_peer_lib lib;
+    std::string why, left_out = "; left out";
     try {
       lib = load_bench_peer(path);
+      if ((lib.device == "gpu") != on_gpu)
+        why = fmt::format("its peer {} works on the {}, and this run is on {}", lib.maker.name,
+                          lib.device == "gpu" ? "GPU" : "host", on_gpu ? "the GPU" : "the simulated device");
+      else if (std::any_of(makers.begin(), makers.end(),
+                           [&](const bench_allocator_maker& m) { return m.name == lib.maker.name; }))
+        why = fmt::format("a peer named {} is in the run already", lib.maker.name);
     } catch (const std::exception& e) {
-      fmt::print(stderr, "gpumem bench: {}: {}{}\n", how, e.what(),
-                 named ? "" : "; left out (--no-auto-peers skips the search)");
-      if (named) return exit_unavailable;
-      continue;
+      why = e.what();
+      left_out += " (--no-auto-peers skips the search)";
     }
-    if ((lib.device == "gpu") != on_gpu) {
-      fmt::print(stderr, "gpumem bench: {}: its peer {} works on the {}, and this run is on {}{}\n", how, lib.maker.name,
-                 lib.device == "gpu" ? "GPU" : "host", on_gpu ? "the GPU" : "the simulated device",
-                 named ? "" : "; left out");
-      if (named) return exit_unavailable;
-      continue;
-    }
-    if (std::any_of(makers.begin(), makers.end(), [&](const bench_allocator_maker& m) { return m.name == lib.maker.name; })) {
-      fmt::print(stderr, "gpumem bench: {}: a peer named {} is in the run already{}\n", how, lib.maker.name,
-                 named ? "" : "; left out");
+    if (!why.empty()) {
+      fmt::print(stderr, "gpumem bench: {}: {}{}\n", how, why, named ? "" : left_out);
       if (named) return exit_unavailable;
       continue;
     }

@@ -67,32 +67,34 @@ class plugin_peer final : public bench_allocator {
 }  // namespace
 
 bench_peer_lib load_bench_peer(const std::filesystem::path& path) {
-  auto bad = [](const std::string& why) { return std::runtime_error(why); };
   // A path without a slash would be looked up in the library search path, not where the user
   // points: make it explicit.
   const std::string where = path.has_parent_path() ? path.string() : "./" + path.string();
   void* lib = dlopen(where.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* e = dlerror();
-    throw bad(fmt::format("cannot be loaded: {}", e ? e : "unknown reason"));
+    throw std::runtime_error(fmt::format("cannot be loaded: {}", e ? e : "unknown reason"));
   }
   dlerror();
   void* sym = dlsym(lib, GPUMEM_BENCH_PEER_SYMBOL);
   if (!sym)
-    throw bad(fmt::format("exports no {} function (see include/gpumem/bench_peer.h)", GPUMEM_BENCH_PEER_SYMBOL));
+    throw std::runtime_error(
+        fmt::format("exports no {} function (see include/gpumem/bench_peer.h)", GPUMEM_BENCH_PEER_SYMBOL));
   const auto entry = reinterpret_cast<gpumem_bench_peer_fn>(sym);
   const gpumem_bench_peer* p = entry(GPUMEM_BENCH_PEER_ABI);
-  if (!p) throw bad(fmt::format("does not speak the peer interface version {} this gpumem speaks", GPUMEM_BENCH_PEER_ABI));
+  if (!p)
+    throw std::runtime_error(
+        fmt::format("does not speak the peer interface version {} this gpumem speaks", GPUMEM_BENCH_PEER_ABI));
   if (p->abi != GPUMEM_BENCH_PEER_ABI)
-    throw bad(fmt::format("answered for interface version {}, asked for {}", p->abi, GPUMEM_BENCH_PEER_ABI));
-  if (!p->name || !*p->name) throw bad("its peer has no name");
+    throw std::runtime_error(fmt::format("answered for interface version {}, asked for {}", p->abi, GPUMEM_BENCH_PEER_ABI));
+  if (!p->name || !*p->name) throw std::runtime_error("its peer has no name");
   const std::string device = p->device ? p->device : "";
   if (device != "gpu" && device != "host" && device != "simulated")
-    throw bad(fmt::format("its peer {} names device \"{}\", not gpu, host or simulated", p->name, device));
+    throw std::runtime_error(fmt::format("its peer {} names device \"{}\", not gpu, host or simulated", p->name, device));
   if (!p->open || !p->close || !p->alloc || !p->free)
-    throw bad(fmt::format("its peer {} lacks open, close, alloc or free", p->name));
+    throw std::runtime_error(fmt::format("its peer {} lacks open, close, alloc or free", p->name));
   if (!p->create_stream != !p->destroy_stream)
-    throw bad(fmt::format("its peer {} has only one of create_stream and destroy_stream", p->name));
+    throw std::runtime_error(fmt::format("its peer {} has only one of create_stream and destroy_stream", p->name));
   return {{p->name, [p] { return std::unique_ptr<bench_allocator>(new plugin_peer(*p)); }}, device};
 }
 
