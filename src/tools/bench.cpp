@@ -1,4 +1,4 @@
-// `gpumem bench [pair|churn|threads|replay|all] [--simulate] [--json] [--reps N]`: host-side
+// `gpumem bench [pair|churn|threads|replay|all] [--simulate] [--json] [--json-out FILE] [--reps N]`: host-side
 // speed of gpumem's pool against its peers, on the same patterns in the same process (issue
 // "Speed"; patterns in bench_patterns.hpp). With a GPU (CUDA build): gpumem's gpu_pool, cudaMalloc,
 // cudaMallocAsync and CUB's CachingDeviceAllocator. Without one, or with --simulate: gpumem's pool
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <system_error>
@@ -34,6 +35,7 @@ struct bench_args {
   std::string pattern = "all";
   bool simulate = false;
   bool json = false;
+  std::string json_out;  // --json-out: the JSON lines to this file, the tables to stdout
   int reps = 5;
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
@@ -264,6 +266,15 @@ int run_bench(const bench_args& args) {
   bench_config cfg;
   cfg.reps = args.reps;
   cfg.settle_between_passes = args.settle;
+  // Opened before anything is timed: a path that cannot be written fails now, not after an hour of runs.
+  std::ofstream json_file;
+  if (!args.json_out.empty()) {
+    json_file.open(args.json_out, std::ios::trunc);
+    if (!json_file) {
+      fmt::print(stderr, "gpumem bench: --json-out {}: cannot open it for writing\n", args.json_out);
+      return exit_unavailable;
+    }
+  }
   std::vector<bench_result> results;
   // Progress on a terminal: one step per (allocator, pattern).
   const int patterns_run = all ? 4 : 1;
@@ -280,6 +291,7 @@ int run_bench(const bench_args& args) {
         for (auto& r : v) {
           if (r.is_gpumem) r.pool_options = gpumem_options_text;
           if (args.json) fmt::print("{}\n", to_json_line(r));
+          if (json_file.is_open()) json_file << to_json_line(r) << '\n' << std::flush;  // kept if a later run dies
           got.push_back(std::move(r));
         }
         std::fflush(stdout);
@@ -309,6 +321,10 @@ int run_bench(const bench_args& args) {
                on_gpu ? "the GPU" : "the simulated device", std::thread::hardware_concurrency());
     print_tables(results, args.reps);
   }
+  if (json_file.is_open() && !json_file) {
+    fmt::print(stderr, "gpumem bench: --json-out {}: writing failed\n", args.json_out);
+    return exit_failure;
+  }
   const bool failed = std::any_of(results.begin(), results.end(),
                                   [](const bench_result& r) { return !r.error.empty(); });
   return failed ? exit_failure : exit_ok;
@@ -323,6 +339,9 @@ const registrar reg{command{
       sub.add_flag("--simulate", args->simulate,
                    "Simulated device (gpumem) and malloc, even when a GPU is there");
       sub.add_flag("--json", args->json, "One JSON object per (pattern, size/threads/trace, allocator)");
+      sub.add_option("--json-out", args->json_out,
+                     "Also write the JSON lines of --json to this file, as each figure is measured, while the "
+                     "tables go to the terminal");
       sub.add_option("--reps", args->reps, "Timed runs per figure; the median is reported")
           ->check(CLI::Range(1, 1000));
       sub.add_option("--traces", args->traces,

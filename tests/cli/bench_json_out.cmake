@@ -1,0 +1,16 @@
+# `gpumem bench --json-out FILE`: the tables on the terminal and the same figures as JSON lines in the
+# file (what scripts/device_bench.sh keeps), one line per figure.
+set(_bjo_file ${CMAKE_CURRENT_BINARY_DIR}/bench_json_out.jsonl)
+add_test(NAME cli_bench_json_out_tables_and_lines
+  COMMAND sh -c "rm -f \"$1\" && \"$0\" bench pair --simulate --reps 1 --allocator gpumem-sim --json-out \"$1\" && echo '--- file' && cat \"$1\""
+          $<TARGET_FILE:gpumem_cli> ${_bjo_file})
+set_tests_properties(cli_bench_json_out_tables_and_lines PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "pair: ns_per_pair, median of up to 1 runs.*--- file\n\\{\"pattern\":\"pair\",\"allocator\":\"gpumem-sim\",[^\n]*\"size_bytes\":512,\"ns_per_pair\":[0-9.e+]+[^\n]*\n\\{\"pattern\":\"pair\"[^\n]*\n\\{\"pattern\":\"pair\"[^\n]*\n\\{\"pattern\":\"pair\"[^\n]*\n\\{\"pattern\":\"pair\"[^\n]*\n$")
+
+# A file that cannot be written is refused before anything is timed: exit 2, saying which and why.
+add_test(NAME cli_bench_json_out_unwritable_refused
+  COMMAND sh -c "\"$0\" bench pair --simulate --reps 1 --json-out /nonexistent-dir/x.jsonl; echo \"exit $?\""
+          $<TARGET_FILE:gpumem_cli>)
+set_tests_properties(cli_bench_json_out_unwritable_refused PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "gpumem bench: --json-out /nonexistent-dir/x.jsonl: cannot open it for writing\nexit 2"
+  FAIL_REGULAR_EXPRESSION "gpumem bench: gpumem-sim")
