@@ -51,6 +51,9 @@ std::string changed_pool_options(const pool_options& o) {
   std::string out;
   auto add = [&](const std::string& kv) { out += (out.empty() ? "" : ",") + kv; };
   if (o.idle_budget != d.idle_budget) add(fmt::format("idle_budget={}", o.idle_budget));
+  if (o.reserve_ceiling != d.reserve_ceiling) add(fmt::format("reserve_ceiling={}", o.reserve_ceiling));
+  if (o.front_cache != d.front_cache) add(fmt::format("front_cache={:d}", o.front_cache));
+  if (o.front_cache_bytes != d.front_cache_bytes) add(fmt::format("front_cache_bytes={}", o.front_cache_bytes));
   if (o.grow_before_reclaim != d.grow_before_reclaim) add(fmt::format("grow_before_reclaim={:d}", o.grow_before_reclaim));
   if (o.max_handle_bytes != d.max_handle_bytes) add(fmt::format("max_handle_bytes={}", o.max_handle_bytes));
   if (o.initial_reserve_bytes != d.initial_reserve_bytes)
