@@ -5,7 +5,7 @@
 #   here:   .carry/gpu/{gpumem,gpumem-base,traces} as for device_handles.sh
 #   device: run(command="bash scripts/device_paired.sh", carry=[".carry/gpu"])
 # Env: ROUNDS, PATTERNS (default "replay pair"), POLICY (default --grow-before-reclaim), ORDER (the
-#      binaries in the order each round runs them; default "gpumem-base gpumem"),
+#      binaries in the order every round runs them; default: base first in odd rounds, new first in even),
 #      ALLOCATOR (default gpumem-gpu; gpumem-sim with POLICY="... --simulate" tries it without a GPU).
 set -u
 cd "$(dirname "$0")/.."
@@ -13,7 +13,11 @@ D=.carry/gpu
 W="${OUT:-/tmp/gpumem-paired}/w"
 mkdir -p "$W"
 for i in $(seq 1 "${ROUNDS:-5}"); do
-  for bin in ${ORDER:-gpumem-base gpumem}; do
+  # By default the two take turns going first (ABBA...): a host that speeds up or slows down within a
+  # round then favours neither (session 20's H100 host sped up under base's half of a round).
+  order=${ORDER:-gpumem-base gpumem}
+  if [[ -z "${ORDER:-}" && $((i % 2)) -eq 0 ]]; then order="gpumem gpumem-base"; fi
+  for bin in $order; do
     for pattern in ${PATTERNS:-replay pair}; do
       timeout 100 "$D/$bin" bench "$pattern" --allocator "${ALLOCATOR:-gpumem-gpu}" --reps 3 --traces "$D/traces" \
         ${POLICY---grow-before-reclaim} --json 2>> "$W/bench.err" \
