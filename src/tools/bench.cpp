@@ -293,8 +293,11 @@ int run_bench(const bench_args& args) {
       auto add = [&](std::vector<bench_result> v) {
         for (auto& r : v) {
           if (r.is_gpumem) r.pool_options = gpumem_options_text;
-          if (args.json) fmt::print("{}\n", to_json_line(r));
-          if (json_file.is_open()) json_file << to_json_line(r) << '\n' << std::flush;  // kept if a later run dies
+          if (args.json || json_file.is_open()) {
+            const std::string line = to_json_line(r);
+            if (args.json) fmt::print("{}\n", line);
+            if (json_file.is_open()) json_file << line << '\n' << std::flush;  // kept if a later run dies
+          }
           got.push_back(std::move(r));
         }
         std::fflush(stdout);
