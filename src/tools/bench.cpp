@@ -114,8 +114,11 @@ void print_tables(const std::vector<bench_result>& results, int reps) {
   }
   std::vector<std::string> ours;
   for (const auto& r : results)
-    if (r.is_gpumem && std::find(ours.begin(), ours.end(), r.allocator) == ours.end())
+    if (r.is_gpumem && std::find(ours.begin(), ours.end(), r.allocator) == ours.end()) {
       ours.push_back(r.allocator);
+      // Which policy the figures are of: a table read later should not need the command line.
+      fmt::print("{}: pool options {}\n", r.allocator, r.pool_options.empty() ? "the defaults" : r.pool_options);
+    }
 
   for (const auto& pat : patterns) {
     std::vector<std::string> params;

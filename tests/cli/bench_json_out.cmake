@@ -26,3 +26,13 @@ add_test(NAME cli_bench_rows_name_no_front_cache
   COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim --json --no-front-cache)
 set_tests_properties(cli_bench_rows_name_no_front_cache PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\"pool_options\":\"front_cache=0\"")
+
+# The plain tables say which pool options gpumem's figures are of.
+add_test(NAME cli_bench_tables_name_the_pool_options
+  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim --grow-before-reclaim --settle)
+set_tests_properties(cli_bench_tables_name_the_pool_options PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "gpumem-sim: pool options grow_before_reclaim=1,settle=1\n")
+add_test(NAME cli_bench_tables_name_the_default_options
+  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim)
+set_tests_properties(cli_bench_tables_name_the_default_options PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "gpumem-sim: pool options the defaults\n")
