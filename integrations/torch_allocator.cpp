@@ -50,6 +50,7 @@
 #include "gpumem/cuda/gpu_pool.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 #include "gpumem/errors.hpp"
+#include "gpumem/pool_option_table.hpp"
 #include "gpumem/trace_adaptor.hpp"
 
 namespace {
@@ -114,37 +115,6 @@ std::string_view trim_view(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
-// "123", "64M", "2G", "1.5GiB", "max": bytes. nullopt when it is none of those.
-std::optional<std::size_t> parse_bytes(std::string_view text) {
-  std::string s = lower(trim_view(text));
-  if (s == "max" || s == "inf" || s == "none" || s == "unlimited")
-    return std::numeric_limits<std::size_t>::max();
-  if (s.empty()) return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || errno != 0 || v < 0) return std::nullopt;
-  std::string suffix(end);
-  if (suffix.ends_with("ib")) suffix.resize(suffix.size() - 2);
-  else if (suffix.ends_with("b")) suffix.resize(suffix.size() - 1);
-  double scale = 1;
-  if (suffix == "k") scale = 1024.0;
-  else if (suffix == "m") scale = 1024.0 * 1024;
-  else if (suffix == "g") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "t") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!suffix.empty()) return std::nullopt;
-  const double bytes = v * scale;
-  if (bytes >= 1.8e19) return std::numeric_limits<std::size_t>::max();
-  return static_cast<std::size_t>(bytes);
-}
-
-std::optional<bool> parse_bool(std::string_view text) {
-  const std::string s = lower(trim_view(text));
-  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
-  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
-  return std::nullopt;
-}
-
 // Applies "key=value,key=value" (or a flat JSON object: {"key": value, ...}) to `o`.
 // Returns an empty string, or what was wrong.
 std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std::string& trace_path) {
@@ -160,58 +130,14 @@ std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std
     if (sep == std::string_view::npos) return "gpumem_configure: '" + std::string(item) + "' has no value";
     const std::string key = lower(trim_view(item.substr(0, sep)));
     const std::string_view value = trim_view(item.substr(sep + 1));
-    auto bytes = [&](std::size_t& field) -> std::string {
-      auto v = parse_bytes(value);
-      if (!v) return "gpumem_configure: " + key + ": '" + std::string(value) + "' is not a size";
-      field = *v;
-      return {};
-    };
-    auto flag = [&](bool& field) -> std::string {
-      auto v = parse_bool(value);
-      if (!v) return "gpumem_configure: " + key + ": '" + std::string(value) + "' is not 0/1";
-      field = *v;
-      return {};
-    };
-    auto fraction = [&](double& field) -> std::string {
-      errno = 0;
-      char* end = nullptr;
-      const std::string v(value);
-      const double f = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || errno != 0 || !(f >= 0.0 && f <= 1e6))
-        return "gpumem_configure: " + key + ": '" + v + "' is not a fraction >= 0";
-      field = f;
-      return {};
-    };
     std::string err;
-    if (key == "release_threshold_bytes" || key == "release_threshold") err = bytes(next.pool.release_threshold_bytes);
-    else if (key == "max_reserved_bytes" || key == "max_reserved") err = bytes(next.pool.max_reserved_bytes);
-    else if (key == "small_max_bytes") err = bytes(next.pool.small_max_bytes);
-    else if (key == "min_segment_bytes") err = bytes(next.pool.min_segment_bytes);
-    else if (key == "address_range_bytes") err = bytes(next.pool.address_range_bytes);
-    else if (key == "front_cache_bytes") err = bytes(next.pool.front_cache_bytes);
-    else if (key == "max_handle_bytes") err = bytes(next.pool.max_handle_bytes);
-    else if (key == "initial_reserve_bytes" || key == "initial_reserve") err = bytes(next.pool.initial_reserve_bytes);
-    else if (key == "front_cache") err = flag(next.pool.front_cache);
-    else if (key == "idle_budget") err = fraction(next.pool.idle_budget);
-    else if (key == "reserve_ceiling") {
-      err = fraction(next.pool.reserve_ceiling);
-      if (err.empty() && next.pool.reserve_ceiling > 0.0 && next.pool.reserve_ceiling < 1.0)
-        err = "gpumem_configure: reserve_ceiling: '" + std::string(value) + "' is neither 0 (none) nor >= 1";
-    }
-    else if (key == "front_cache_grow_fraction") err = fraction(next.pool.front_cache_grow_fraction);
-    else if (key == "front_cache_peak_fraction") err = fraction(next.pool.front_cache_peak_fraction);
-    else if (key == "front_cache_reserve_headroom") err = fraction(next.pool.front_cache_reserve_headroom);
-    else if (key == "reclaim_own_first") err = flag(next.pool.reclaim_own_first);
-    else if (key == "wait_before_grow") err = flag(next.pool.wait_before_grow);
-    else if (key == "stream_ordered_moves") err = flag(next.pool.stream_ordered_moves);
-    else if (key == "remap_time_budget") {
-      err = fraction(next.pool.remap_time_budget);
-      if (err.empty() && next.pool.remap_time_budget > 1.0)
-        err = "gpumem_configure: remap_time_budget: '" + std::string(value) + "' is more than all the time there is (at most 1)";
-    }
-    else if (key == "zero_on_free") err = flag(next.pool.zero_on_free);
-    else if (key == "grow_before_reclaim") err = flag(next.pool.grow_before_reclaim);
-    else if (key == "trace") {
+    if (const gpumem::pool_option_spec* spec = gpumem::find_pool_option(key)) {
+      try {
+        gpumem::set_pool_option(next.pool, *spec, value);
+      } catch (const std::invalid_argument& e) {
+        err = std::string("gpumem_configure: ") + e.what();
+      }
+    } else if (key == "trace") {
       next_trace = std::string(value);
       if (next_trace.empty()) err = "gpumem_configure: trace: a file path is needed";
     } else if (key == "upstream") {
@@ -240,13 +166,15 @@ void read_env_once(registry& r) {
     if (auto err = apply_config(v, r.options, r.trace_path); !err.empty())
       last_error = "GPUMEM_CONFIG: " + err;
   }
-  if (const char* v = std::getenv("GPUMEM_RELEASE_THRESHOLD")) {
-    if (auto b = parse_bytes(v)) r.options.pool.release_threshold_bytes = *b;
-    else last_error = "GPUMEM_RELEASE_THRESHOLD: not a size";
-  }
-  if (const char* v = std::getenv("GPUMEM_MAX_RESERVED")) {
-    if (auto b = parse_bytes(v)) r.options.pool.max_reserved_bytes = *b;
-    else last_error = "GPUMEM_MAX_RESERVED: not a size";
+  for (auto [variable, key] : {std::pair{"GPUMEM_RELEASE_THRESHOLD", "release_threshold_bytes"},
+                                std::pair{"GPUMEM_MAX_RESERVED", "max_reserved_bytes"}}) {
+    if (const char* v = std::getenv(variable)) {
+      try {
+        gpumem::set_pool_option(r.options.pool, *gpumem::find_pool_option(key), v);
+      } catch (const std::invalid_argument& e) {
+        last_error = std::string(variable) + ": " + e.what();
+      }
+    }
   }
 }
 

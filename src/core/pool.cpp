@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "gpumem/pool_option_table.hpp"
+
 #include "core/arena.hpp"
 #include "core/front_cache.hpp"
 #include "core/slab_cache.hpp"
@@ -157,26 +159,7 @@ struct pool::impl {
                                     op.remap_cost_ns_per_granule, op.remap_clock_ns, op.stream_ordered_moves,
                                     slab_zone_for(op)}),
         slabs(arena, clock, small_max) {
-    if (!(op.idle_budget >= 0.0 && op.idle_budget <= 1e6))
-      throw std::invalid_argument(fmt::format("gpumem::pool: idle_budget {} is not a fraction >= 0", op.idle_budget));
-    if (!(op.reserve_ceiling == 0.0 || (op.reserve_ceiling >= 1.0 && op.reserve_ceiling <= 1e6)))
-      throw std::invalid_argument(fmt::format(
-          "gpumem::pool: reserve_ceiling {} is neither 0 (none) nor a multiple of peak live >= 1", op.reserve_ceiling));
-    if (!(op.remap_time_budget >= 0.0 && op.remap_time_budget <= 1.0))
-      throw std::invalid_argument(fmt::format(
-          "gpumem::pool: remap_time_budget {} is not a fraction of wall time in [0, 1]", op.remap_time_budget));
-    if (!(op.remap_cost_ns_per_granule >= 0.0 && op.remap_cost_ns_per_granule <= 1e12))
-      throw std::invalid_argument(fmt::format("gpumem::pool: remap_cost_ns_per_granule {} is not a cost in ns >= 0",
-                                              op.remap_cost_ns_per_granule));
-    if (!(op.front_cache_grow_fraction >= 0.0 && op.front_cache_grow_fraction <= 1e3))
-      throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_grow_fraction {} is not a fraction >= 0",
-                                              op.front_cache_grow_fraction));
-    if (!(op.front_cache_peak_fraction >= 0.0 && op.front_cache_peak_fraction <= 1e3))
-      throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_peak_fraction {} is not a fraction >= 0",
-                                              op.front_cache_peak_fraction));
-    if (!(op.front_cache_reserve_headroom >= 0.0 && op.front_cache_reserve_headroom <= 1e3))
-      throw std::invalid_argument(fmt::format("gpumem::pool: front_cache_reserve_headroom {} is not a fraction >= 0",
-                                              op.front_cache_reserve_headroom));
+    check_pool_option_ranges(op);
     if (op.zero_on_free && !u.can_zero())
       throw std::invalid_argument(fmt::format(
           "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -247,7 +248,16 @@ class sim_ordering final : public ordering {
 
 }  // namespace
 
-sim_device::sim_device(sim_options opts) : state_(std::make_unique<state>(opts)) {
+sim_device::sim_device(sim_options opts) : state_(nullptr) {
+  // Past 1 PiB the pools' address ranges (4x the capacity) would run off the top of the simulated
+  // address space; no device is near it, and "--capacity max" should be refused, not overflow.
+  if (opts.capacity_bytes == 0 || opts.capacity_bytes > (std::size_t{1} << 50))
+    throw std::invalid_argument(fmt::format(
+        "gpumem::sim_device: capacity_bytes {} is not a device's size (more than 0, at most 1 PiB)", opts.capacity_bytes));
+  if (!std::has_single_bit(opts.granularity_bytes))
+    throw std::invalid_argument(
+        fmt::format("gpumem::sim_device: granularity_bytes {} is not a power of two", opts.granularity_bytes));
+  state_ = std::make_unique<state>(opts);
   state_->up = std::make_unique<sim_upstream>(*state_, *this);
   state_->ord = std::make_unique<sim_ordering>(*state_);
 }

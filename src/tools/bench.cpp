@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "gpumem/pool_option_table.hpp"
 #include "gpumem/trace.hpp"
 #include "tools/bench_allocators.hpp"
 #include "tools/bench_patterns.hpp"
@@ -44,35 +45,6 @@ struct bench_args {
   pool_options pool;  // --idle-budget, --grow-before-reclaim, --max-handle-bytes
   bool settle = false;  // --settle
 };
-
-// The options of gpumem's pool that differ from the defaults, as "key=value,...".
-std::string changed_pool_options(const pool_options& o) {
-  const pool_options d;
-  std::string out;
-  auto add = [&](const std::string& kv) { out += (out.empty() ? "" : ",") + kv; };
-  if (o.idle_budget != d.idle_budget) add(fmt::format("idle_budget={}", o.idle_budget));
-  if (o.reserve_ceiling != d.reserve_ceiling) add(fmt::format("reserve_ceiling={}", o.reserve_ceiling));
-  if (o.front_cache != d.front_cache) add(fmt::format("front_cache={:d}", o.front_cache));
-  if (o.front_cache_bytes != d.front_cache_bytes) add(fmt::format("front_cache_bytes={}", o.front_cache_bytes));
-  if (o.grow_before_reclaim != d.grow_before_reclaim) add(fmt::format("grow_before_reclaim={:d}", o.grow_before_reclaim));
-  if (o.max_handle_bytes != d.max_handle_bytes) add(fmt::format("max_handle_bytes={}", o.max_handle_bytes));
-  if (o.initial_reserve_bytes != d.initial_reserve_bytes)
-    add(fmt::format("initial_reserve_bytes={}", o.initial_reserve_bytes));
-  if (o.front_cache_peak_fraction != d.front_cache_peak_fraction)
-    add(fmt::format("front_cache_peak_fraction={}", o.front_cache_peak_fraction));
-  if (o.wait_before_grow != d.wait_before_grow) add(fmt::format("wait_before_grow={:d}", o.wait_before_grow));
-  if (o.stream_ordered_moves != d.stream_ordered_moves)
-    add(fmt::format("stream_ordered_moves={:d}", o.stream_ordered_moves));
-  if (o.reclaim_own_first != d.reclaim_own_first) add(fmt::format("reclaim_own_first={:d}", o.reclaim_own_first));
-  if (o.remap_time_budget != d.remap_time_budget) add(fmt::format("remap_time_budget={}", o.remap_time_budget));
-  if (o.remap_cost_ns_per_granule != d.remap_cost_ns_per_granule)
-    add(fmt::format("remap_cost_ns_per_granule={}", o.remap_cost_ns_per_granule));
-  if (o.front_cache_grow_fraction != d.front_cache_grow_fraction)
-    add(fmt::format("front_cache_grow_fraction={}", o.front_cache_grow_fraction));
-  if (o.front_cache_reserve_headroom != d.front_cache_reserve_headroom)
-    add(fmt::format("front_cache_reserve_headroom={}", o.front_cache_reserve_headroom));
-  return out;
-}
 
 // Trace files: those given, else every *.csv.gz in $GPUMEM_TRACES, shared/traces or
 // ../shared/traces (the first that exists).

@@ -16,7 +16,7 @@
 #include "gpumem/doctor.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
-#include "tools/byte_size.hpp"
+#include "gpumem/pool_option_table.hpp"
 #include "tools/command.hpp"
 
 namespace gpumem::tools {

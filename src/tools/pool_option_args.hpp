@@ -1,15 +1,16 @@
 #pragma once
-// Pool options that more than one subcommand takes on its command line (`replay`, `bench`), added
-// in one place so their name, checks and help stay the same everywhere.
+// Pool options on the command line of every subcommand that makes pools (`replay`, `bench`): one
+// flag per entry of gpumem's pool option table (gpumem/pool_option_table.hpp), so their names,
+// checks and help are the table's, the same here as in GPUMEM_CONFIG and bench's JSON.
 #include <CLI/CLI.hpp>
 
 #include "gpumem/pool.hpp"
 
 namespace gpumem::tools {
 
-// --idle-budget F and --grow-before-reclaim, written into `opts` (pool_options::idle_budget,
-// pool_options::grow_before_reclaim) for the subcommand's gpumem pools. `what` says which pools
-// the subcommand applies them to ("pool resources", "gpumem's pool").
+// A flag per pool option ("--idle-budget F", "--[no-]front-cache", "--initial-reserve-bytes 1G"),
+// written into `opts` for the subcommand's gpumem pools; a bad value is refused naming the flag.
+// `what` says which pools the subcommand applies them to ("pool resources", "gpumem's pool").
 void add_pool_tuning_options(CLI::App& app, pool_options& opts, const char* what);
 
 }  // namespace gpumem::tools

@@ -7,7 +7,7 @@
 #ifdef GPUMEM_HAVE_CUDA
 #include "gpumem/cuda/replay_targets.hpp"
 #endif
-#include "tools/byte_size.hpp"
+#include "gpumem/pool_option_table.hpp"
 #include "tools/command.hpp"
 #include "tools/count_arg.hpp"
 #include "tools/pool_option_args.hpp"

@@ -10,7 +10,7 @@
 #include "gpumem/replay.hpp"
 #include "gpumem/report.hpp"
 #include "gpumem/trace.hpp"
-#include "tools/byte_size.hpp"
+#include "gpumem/pool_option_table.hpp"
 #include "tools/command.hpp"
 #include "tools/progress.hpp"
 

@@ -9,7 +9,7 @@ set_tests_properties(cli_replay_pass_log_slow_path PROPERTIES LABELS cpu
 
 # Bad budgets: each command exits non-zero and names the option.
 foreach(_cmd replay bench)
-  foreach(_case "negative;-0.5;Value -0.5 not in range" "garbage;lots;Failed parsing lots as a FLOAT")
+  foreach(_case "negative;-0.5;'-0.5' is not a fraction >= 0" "garbage;lots;'lots' is not a number")
     list(GET _case 0 _name)
     list(GET _case 1 _value)
     list(GET _case 2 _message)

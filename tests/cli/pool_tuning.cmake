@@ -13,7 +13,7 @@ set_tests_properties(cli_replay_reserve_ceiling_below_one_fails PROPERTIES LABEL
 add_test(NAME cli_replay_reserve_ceiling_below_one_message
   COMMAND $<TARGET_FILE:gpumem_cli> replay ${_pt_trace} --reserve-ceiling 0.5)
 set_tests_properties(cli_replay_reserve_ceiling_below_one_message PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "reserve_ceiling 0.5 is neither 0 \\(none\\) nor a multiple of peak live >= 1")
+  PASS_REGULAR_EXPRESSION "--reserve-ceiling: .0.5. is not 0 \\(none\\) or a multiple of peak live >= 1")
 
 # Without front caches nothing is served from one.
 add_test(NAME cli_replay_no_front_cache

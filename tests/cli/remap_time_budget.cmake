@@ -18,4 +18,4 @@ set_tests_properties(cli_replay_remap_time_budget_over_1_fails PROPERTIES LABELS
 add_test(NAME cli_replay_remap_time_budget_over_1_message
   COMMAND $<TARGET_FILE:gpumem_cli> replay ${_rb_trace} --remap-time-budget 1.5)
 set_tests_properties(cli_replay_remap_time_budget_over_1_message PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "--remap-time-budget: Value 1.5 not in range")
+  PASS_REGULAR_EXPRESSION "--remap-time-budget: .1.5. is not a fraction of wall time in \\[0, 1\\]")

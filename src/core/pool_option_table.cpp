@@ -1,0 +1,280 @@
+#include "gpumem/pool_option_table.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace gpumem {
+
+namespace {
+
+using P = pool_options;
+
+// The help texts say what each option trades; pool.hpp's comments on the fields say why and give
+// the measurements.
+const std::array<pool_option_spec, 21> specs{{
+    {.name = "small_max_bytes",
+     .field = &P::small_max_bytes,
+     .help = "requests up to this size come from slabs of their size class (at most 1M, the default)"},
+    {.name = "min_segment_bytes",
+     .field = &P::min_segment_bytes,
+     .help = "plain upstreams: the least a new segment asks for (default 2M)"},
+    {.name = "release_threshold_bytes",
+     .alias = "release_threshold",
+     .field = &P::release_threshold_bytes,
+     .help = "cached bytes above this go back to the upstream at once (default max: keep everything)"},
+    {.name = "max_reserved_bytes",
+     .alias = "max_reserved",
+     .field = &P::max_reserved_bytes,
+     .help = "the most the pool holds from its upstream; past it a request throws out_of_memory (default max)"},
+    {.name = "address_range_bytes",
+     .field = &P::address_range_bytes,
+     .help = "virtual upstreams: the reserved address range (0, the default: 4x the device's capacity)"},
+    {.name = "idle_budget",
+     .field = &P::idle_budget,
+     .least = 0.0,
+     .most = 1e6,
+     .requirement = "a fraction >= 0",
+     .help = "idle mapped memory kept as a fraction of live rather than remapped elsewhere (0, the default, is "
+             "the tightest; more trades memory for driver calls)"},
+    {.name = "reserve_ceiling",
+     .field = &P::reserve_ceiling,
+     .least = 1.0,
+     .most = 1e6,
+     .zero_means_off = true,
+     .requirement = "0 (none) or a multiple of peak live >= 1",
+     .help = "the most peak reserved may be over peak live where moving memory can keep it there (e.g. 1.03; "
+             "past it idle memory moves whatever the idle budget says; 0, the default: none)"},
+    {.name = "max_handle_bytes",
+     .field = &P::max_handle_bytes,
+     .help = "the largest physical handle the pool creates when it grows (e.g. 32M; 0, the default, picks by "
+             "policy: one granule per handle, 32M growing first)"},
+    {.name = "grow_before_reclaim",
+     .field = &P::grow_before_reclaim,
+     .help = "grow before emptying the front caches and giving back empty slabs (faster, most of all with many "
+             "threads; costs memory)"},
+    {.name = "front_cache",
+     .field = &P::front_cache,
+     .help = "per-thread caches of freed blocks in front of the pool's lock (on by default; off, every request "
+             "takes the pool's lock)"},
+    {.name = "front_cache_bytes",
+     .field = &P::front_cache_bytes,
+     .help = "what each thread's front cache keeps per stream of small blocks, and apart of large ones (e.g. 4M; "
+             "default 32M)"},
+    {.name = "zero_on_free",
+     .field = &P::zero_on_free,
+     .help = "freed memory is zeroed before another user can get it (needs an upstream that can fill memory)"},
+    {.name = "front_cache_grow_fraction",
+     .field = &P::front_cache_grow_fraction,
+     .least = 0.0,
+     .most = 1e3,
+     .requirement = "a fraction >= 0",
+     .help = "growing first: large blocks one thread's front cache keeps, as a fraction of live where that is "
+             "more than front_cache_bytes (default 0.25)"},
+    {.name = "front_cache_reserve_headroom",
+     .field = &P::front_cache_reserve_headroom,
+     .least = 0.0,
+     .most = 1e3,
+     .requirement = "a fraction >= 0",
+     .help = "growing first: while reserved is within this fraction over peak live, a thread's front cache may "
+             "keep the large blocks it freed since its peak (default 0.1; 0: off)"},
+    {.name = "front_cache_peak_fraction",
+     .field = &P::front_cache_peak_fraction,
+     .least = 0.0,
+     .most = 1e3,
+     .requirement = "a fraction >= 0",
+     .help = "large blocks a thread's front cache may keep, as a fraction of its peak live bytes (default "
+             "policy; 0, the default: front_cache_bytes alone)"},
+    {.name = "reclaim_own_first",
+     .field = &P::reclaim_own_first,
+     .help = "a large request tries mapped memory and the caller's own cached blocks before remapping idle "
+             "granules (default policy)"},
+    {.name = "wait_before_grow",
+     .field = &P::wait_before_grow,
+     .help = "host-wait for pending frees before growing (default policy)"},
+    {.name = "remap_time_budget",
+     .field = &P::remap_time_budget,
+     .least = 0.0,
+     .most = 1.0,
+     .requirement = "a fraction of wall time in [0, 1]",
+     .help = "the most host time spent moving idle granules, as a fraction of wall time (0, the default: no "
+             "bound); past it the pool grows instead"},
+    {.name = "remap_cost_ns_per_granule",
+     .field = &P::remap_cost_ns_per_granule,
+     .least = 0.0,
+     .most = 1e12,
+     .requirement = "a cost >= 0",
+     .help = "the least a granule moved is charged against the remap time budget (the simulated device's calls "
+             "cost nothing; the H200's cost ~36 µs); on the command line in µs",
+     .cli_name = "--remap-cost-us",
+     .cli_scale = 1e3},
+    {.name = "stream_ordered_moves",
+     .field = &P::stream_ordered_moves,
+     .help = "a request on a stream may take memory that stream freed while its work is still queued, mapped a "
+             "second time (virtual upstreams; on by default)"},
+    {.name = "initial_reserve_bytes",
+     .alias = "initial_reserve",
+     .field = &P::initial_reserve_bytes,
+     .help = "what the pool reserves (maps) when it is made, as a pool sized for its job (e.g. 1G; 0, the "
+             "default: it grows as requests come)"},
+}};
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string lowered(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A real number, the whole text; nullopt-like NaN when it is not one.
+double parse_number(std::string_view text) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    return std::numeric_limits<double>::quiet_NaN();
+  return v;
+}
+
+bool in_range(const pool_option_spec& s, double v) {
+  return (s.zero_means_off && v == 0.0) || (v >= s.least && v <= s.most);
+}
+
+}  // namespace
+
+std::span<const pool_option_spec> pool_option_specs() { return specs; }
+
+const pool_option_spec* find_pool_option(std::string_view key) {
+  for (const auto& s : specs)
+    if (s.name == key || (!s.alias.empty() && s.alias == key)) return &s;
+  return nullptr;
+}
+
+std::size_t parse_byte_size(std::string_view text) {
+  const std::string_view t = trimmed(text);
+  auto bad = [&](std::string_view why) {
+    return std::invalid_argument(fmt::format("'{}' is not a byte size ({})", text, why));
+  };
+  const std::string l = lowered(t);
+  if (l == "max" || l == "none" || l == "inf" || l == "unlimited") return std::numeric_limits<std::size_t>::max();
+  // The number: whole bytes exactly as written; with a fraction ("1.5G") through a double.
+  const char* const first = t.data();
+  const char* const last = t.data() + t.size();
+  std::size_t whole = 0;
+  auto [end, ec] = std::from_chars(first, last, whole);
+  if (ec == std::errc::result_out_of_range) throw bad("too large");
+  if (ec != std::errc() || end == first) throw bad("a number, optionally with K, M, G or T");
+  double fractional = -1;  // < 0: the number was whole
+  if (end != last && (*end == '.' || *end == 'e' || *end == 'E')) {
+    auto r = std::from_chars(first, last, fractional);
+    if (r.ec != std::errc() || !(fractional >= 0)) throw bad("a number, optionally with K, M, G or T");
+    end = r.ptr;
+  }
+  std::string suffix = lowered(std::string_view(end, static_cast<std::size_t>(last - end)));
+  if (suffix.ends_with("b")) suffix.pop_back();
+  if (suffix.size() == 2 && suffix[1] == 'i') suffix.pop_back();
+  unsigned shift = 0;
+  if (suffix.empty()) shift = 0;
+  else if (suffix == "k") shift = 10;
+  else if (suffix == "m") shift = 20;
+  else if (suffix == "g") shift = 30;
+  else if (suffix == "t") shift = 40;
+  else throw bad(fmt::format("unknown suffix '{}': K, M, G or T", std::string_view(end, last - end)));
+  if (fractional >= 0) {
+    const double bytes = std::ldexp(fractional, static_cast<int>(shift));
+    if (!(bytes < 0x1p64)) throw bad("too large");
+    return static_cast<std::size_t>(bytes);
+  }
+  if (whole > (std::numeric_limits<std::size_t>::max() >> shift)) throw bad("too large");
+  return whole << shift;
+}
+
+bool parse_flag(std::string_view text) {
+  const std::string l = lowered(trimmed(text));
+  if (l == "1" || l == "true" || l == "on" || l == "yes") return true;
+  if (l == "0" || l == "false" || l == "off" || l == "no") return false;
+  throw std::invalid_argument(fmt::format("'{}' is not a flag (0/1, true/false, on/off or yes/no)", text));
+}
+
+void set_pool_option(pool_options& o, const pool_option_spec& spec, std::string_view text,
+                     pool_option_source from) {
+  const bool cli = from == pool_option_source::command_line;
+  std::string called = cli ? pool_option_cli_names(spec) : std::string(spec.name);
+  called = called.substr(0, called.find(','));  // the first of the CLI's names
+  try {
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_cvref_t<decltype(o.*member)>;
+          if constexpr (std::is_same_v<T, std::size_t>) {
+            o.*member = parse_byte_size(text);
+          } else if constexpr (std::is_same_v<T, bool>) {
+            o.*member = parse_flag(text);
+          } else {
+            double v = parse_number(trimmed(text));
+            if (std::isnan(v)) throw std::invalid_argument(fmt::format("'{}' is not a number", text));
+            if (cli) v *= spec.cli_scale;
+            if (!in_range(spec, v))
+              throw std::invalid_argument(fmt::format("'{}' is not {}", text, spec.requirement));
+            o.*member = v;
+          }
+        },
+        spec.field);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{}: {}", called, e.what()));
+  }
+}
+
+std::string pool_option_cli_names(const pool_option_spec& spec) {
+  if (!spec.cli_name.empty()) return std::string(spec.cli_name);
+  auto dashed = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out)
+      if (c == '_') c = '-';
+    return out;
+  };
+  std::string names = "--" + dashed(spec.name);
+  if (!spec.alias.empty()) names += ",--" + dashed(spec.alias);
+  if (std::holds_alternative<bool P::*>(spec.field)) {
+    names += ",!--no-" + dashed(spec.name);
+  }
+  return names;
+}
+
+std::string pool_option_value(const pool_options& o, const pool_option_spec& spec) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.*member)>, bool>)
+          return fmt::format("{:d}", o.*member);
+        else
+          return fmt::format("{}", o.*member);
+      },
+      spec.field);
+}
+
+std::string changed_pool_options(const pool_options& o) {
+  const pool_options defaults;
+  std::string out;
+  for (const auto& s : specs) {
+    const std::string v = pool_option_value(o, s);
+    if (v == pool_option_value(defaults, s)) continue;
+    out += fmt::format("{}{}={}", out.empty() ? "" : ",", s.name, v);
+  }
+  return out;
+}
+
+void check_pool_option_ranges(const pool_options& o) {
+  for (const auto& s : specs)
+    if (const auto* member = std::get_if<double P::*>(&s.field); member && !in_range(s, o.**member))
+      throw std::invalid_argument(fmt::format("gpumem::pool: {} {} is not {}", s.name, o.**member, s.requirement));
+}
+
+}  // namespace gpumem
