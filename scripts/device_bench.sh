@@ -10,7 +10,10 @@
 #   device: run(command="scripts/device_bench.sh", carry=[".carry/bench"])
 # Env: REPS (default 5), GPUMEM_TRACES (trace folder; default shared/traces or ../shared/traces),
 #      GPUMEM_DIST (default .carry/bench), SKIP_TORCH=1, BENCH_FLAGS (more `gpumem bench` flags, e.g.
-#      "--grow-before-reclaim": gpumem's pool options; the peers are untouched by them).
+#      "--grow-before-reclaim": gpumem's pool options; the peers are untouched by them),
+#      PIN (a CPU list for taskset: the one-thread patterns run pinned there, one process each, and
+#      threads on every core; an H200 host's cores can differ in speed, and the scheduler moves an
+#      unpinned process between them), PEER_LIB (a prebuilt libgpumem_torch_peer.so: no build here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST=${GPUMEM_DIST:-.carry/bench}
@@ -41,7 +44,7 @@ if [[ -n "$TRACES" ]]; then trace_args=(--traces "$TRACES"); else echo "no trace
 # built here against the installed torch with g++ (bench/torch/torch_peer.cpp).
 peer_args=()
 TORCH_DIR=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))' 2>/dev/null || true)
-if [[ -z "${SKIP_TORCH:-}" && -n "$TORCH_DIR" && -d "$TORCH_DIR/include" ]]; then
+if [[ -z "${SKIP_TORCH:-}" && -z "${PEER_LIB:-}" && -n "$TORCH_DIR" && -d "$TORCH_DIR/include" ]]; then
   CUDA=${CUDA_HOME:-/usr/local/cuda}
   if g++ -std=c++20 -O2 -DNDEBUG -D_GLIBCXX_USE_CXX11_ABI=1 -fPIC -shared -Iinclude \
       -isystem "$TORCH_DIR/include" -isystem "$TORCH_DIR/include/torch/csrc/api/include" \
@@ -58,11 +61,27 @@ else
 fi
 
 rc=0
+if [[ -n "${PEER_LIB:-}" ]]; then peer_args=(--peer-lib "$PEER_LIB"); fi
 # The tables (gpumem's ratio to every peer, its reserve beside its speed) to stdout; every figure as a
 # JSON line in $OUT/bench.jsonl, written as it is measured.
-# shellcheck disable=SC2086  # BENCH_FLAGS is a list of flags
-"$DIST/gpumem" bench all --json-out "$OUT/bench.jsonl" --reps "$REPS" ${BENCH_FLAGS:-} "${trace_args[@]}" "${peer_args[@]}" \
-  >"$OUT/bench.txt" 2>"$OUT/bench.stderr" || rc=$?
+: > "$OUT/bench.txt"
+: > "$OUT/bench.stderr"
+if [[ -z "${PIN:-}" ]]; then
+  # shellcheck disable=SC2086  # BENCH_FLAGS is a list of flags
+  "$DIST/gpumem" bench all --json-out "$OUT/bench.jsonl" --reps "$REPS" ${BENCH_FLAGS:-} "${trace_args[@]}" "${peer_args[@]}" \
+    >"$OUT/bench.txt" 2>"$OUT/bench.stderr" || rc=$?
+else
+  : > "$OUT/bench.jsonl"
+  for pattern in pair churn replay threads; do
+    pin=(taskset -c "$PIN")
+    [[ $pattern == threads ]] && pin=()
+    # shellcheck disable=SC2086
+    "${pin[@]}" "$DIST/gpumem" bench "$pattern" --json-out "$OUT/bench-$pattern.jsonl" --reps "$REPS" ${BENCH_FLAGS:-} \
+      "${trace_args[@]}" "${peer_args[@]}" >>"$OUT/bench.txt" 2>>"$OUT/bench.stderr" || rc=$?
+    cat "$OUT/bench-$pattern.jsonl" >> "$OUT/bench.jsonl"
+  done
+  echo "one-thread patterns pinned to CPU(s) $PIN (taskset); threads on every core" >> "$OUT/bench.txt"
+fi
 echo "gpumem bench: exit $rc ($(cat "$OUT/bench.jsonl" 2>/dev/null | wc -l) figures)"
 grep -v '^gpumem bench: [a-z-]*\.\.\.$' "$OUT/bench.stderr" | tail -5 || true
 cat "$OUT/bench.txt"
