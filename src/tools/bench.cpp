@@ -22,6 +22,7 @@
 #include "tools/bench_patterns.hpp"
 #include "tools/bench_peer_plugin.hpp"
 #include "tools/command.hpp"
+#include "tools/host_speed.hpp"
 #include "tools/pool_option_args.hpp"
 #include "tools/progress.hpp"
 
@@ -161,6 +162,28 @@ void print_tables(const std::vector<bench_result>& results, int reps) {
         fmt::print("  {}: peak reserved / peak live (granules moved): {}\n", o, line);
     }
   }
+  // The host's speed before each pattern (host_speed.hpp): over the run, and where gpumem's own
+  // figures were taken. A spread well over 1.1x says the host changed speed under the run: compare
+  // figures taken at like speeds, or run again.
+  double lo = 0, hi = 0;
+  for (const auto& r : results)
+    if (r.host_ns > 0) {
+      lo = lo == 0 ? r.host_ns : std::min(lo, r.host_ns);
+      hi = std::max(hi, r.host_ns);
+    }
+  if (hi > 0) {
+    fmt::print("\nhost speed: a simulated 512 B alloc+free pair took {:.1f}-{:.1f} ns before the patterns ({:.2f}x)\n", lo,
+               hi, hi / lo);
+    for (const auto& o : ours) {
+      std::string line, last_pattern;
+      for (const auto& r : results)
+        if (r.allocator == o && r.host_ns > 0 && r.pattern != last_pattern && r.pattern != "replay-warm") {
+          line += fmt::format("{}{} {:.1f}", line.empty() ? "" : ", ", r.pattern, r.host_ns);
+          last_pattern = r.pattern;
+        }
+      fmt::print("  before {}'s: {}\n", o, line);
+    }
+  }
   for (const auto& r : results)
     if (!r.error.empty())
       fmt::print("error: {} {} {}: {}\n", r.pattern, r.param(), r.allocator, r.error);
@@ -265,9 +288,11 @@ int run_bench(const bench_args& args) {
     try {
       // A fresh allocator for every pattern: what one pattern leaves cached (churn leaves
       // gigabytes) must not speed up or slow down the next.
+      double host_ns = 0;  // the host's speed before the pattern: see host_speed.hpp
       auto add = [&](std::vector<bench_result> v) {
         for (auto& r : v) {
           if (r.is_gpumem) r.pool_options = gpumem_options_text;
+          r.host_ns = host_ns;
           if (args.json || json_file.is_open()) {
             const std::string line = to_json_line(r);
             if (args.json) fmt::print("{}\n", line);
@@ -278,10 +303,12 @@ int run_bench(const bench_args& args) {
         std::fflush(stdout);
         bar(++done, steps);
       };
-      if (all || args.pattern == "pair") add(bench_pair(*m.make(), cfg));
-      if (all || args.pattern == "churn") add(bench_churn(*m.make(), cfg));
-      if (all || args.pattern == "threads") add(bench_threads(*m.make(), cfg));
+      auto probe = [&] { host_ns = host_ns_per_sim_pair(); };
+      if (all || args.pattern == "pair") probe(), add(bench_pair(*m.make(), cfg));
+      if (all || args.pattern == "churn") probe(), add(bench_churn(*m.make(), cfg));
+      if (all || args.pattern == "threads") probe(), add(bench_threads(*m.make(), cfg));
       if (all || args.pattern == "replay") {
+        probe();
         std::unique_ptr<bench_allocator> current;
         add(bench_replay(
             [&]() -> bench_allocator& {

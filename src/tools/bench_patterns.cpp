@@ -484,6 +484,7 @@ std::string to_json_line(const bench_result& r) {
          ",\"granules_moved\":" + std::to_string(r.granules_moved) +
          ",\"driver_granules\":" + std::to_string(r.driver_granules);
   if (!r.pool_options.empty()) j += ",\"pool_options\":" + json_string(r.pool_options);
+  if (r.host_ns > 0) j += ",\"host_ns_per_sim_pair\":" + json_number(r.host_ns);
   j += ",\"reps\":" + std::to_string(r.reps) + ",\"ops_per_run\":" + std::to_string(r.ops) + "}";
   return j;
 }

@@ -67,6 +67,9 @@ struct bench_result {
   // gpumem's rows: the pool options that differ from the defaults ("idle_budget=0.05,
   // grow_before_reclaim=1"), so a JSON line says which pool it measured; empty: the defaults.
   std::string pool_options;
+  // The host's speed just before the pattern ran (host_speed.hpp): ns per simulated 512 B pair;
+  // 0: not taken.
+  double host_ns = 0;
   // The key naming `value` in JSON: ns_per_pair, ns_per_op or mops_per_s.
   const char* unit_key() const;
   bool higher_is_better() const { return pattern == "threads"; }

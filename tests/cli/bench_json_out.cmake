@@ -36,3 +36,13 @@ add_test(NAME cli_bench_tables_name_the_default_options
   COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim)
 set_tests_properties(cli_bench_tables_name_the_default_options PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "gpumem-sim: pool options the defaults\n")
+
+# The host's speed before each pattern: in every JSON line, and over the run under the tables.
+add_test(NAME cli_bench_rows_carry_the_host_speed
+  COMMAND $<TARGET_FILE:gpumem_cli> bench churn --simulate --reps 1 --json)
+set_tests_properties(cli_bench_rows_carry_the_host_speed PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "\"allocator\":\"gpumem-sim\".*\"host_ns_per_sim_pair\":[0-9.]+,.*\"allocator\":\"malloc\".*\"host_ns_per_sim_pair\":[0-9.]+,")
+add_test(NAME cli_bench_tables_give_the_host_speed
+  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim)
+set_tests_properties(cli_bench_tables_give_the_host_speed PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "host speed: a simulated 512 B alloc\\+free pair took [0-9.]+-[0-9.]+ ns before the patterns \\([0-9.]+x\\)\n  before gpumem-sim's: pair [0-9.]+\n")

@@ -11,7 +11,7 @@ set_tests_properties(cli_bench_replay_cold_and_warm PROPERTIES LABELS cpu
 add_test(NAME cli_bench_replay_reserve_beside_speed
   COMMAND $<TARGET_FILE:gpumem_cli> bench replay --simulate --reps 1 --traces ${_br_trace} --json)
 set_tests_properties(cli_bench_replay_reserve_beside_speed PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"allocator\":\"gpumem-sim\",[^\n]*\"ns_per_op\":[0-9.e+]+,\"peak_reserved_over_live\":1\\.[0-9]+,\"granules_moved\":[1-9][0-9]*,[^\n]*\n[^\n]*\n\\{\"pattern\":\"replay\",\"allocator\":\"malloc\",[^\n]*\"ns_per_op\":[0-9.e+]+,\"reps\"")
+  PASS_REGULAR_EXPRESSION "\"allocator\":\"gpumem-sim\",[^\n]*\"ns_per_op\":[0-9.e+]+,\"peak_reserved_over_live\":1\\.[0-9]+,\"granules_moved\":[1-9][0-9]*,[^\n]*\n[^\n]*\n\\{\"pattern\":\"replay\",\"allocator\":\"malloc\",[^\n]*\"ns_per_op\":[0-9.e+]+,\"host_ns_per_sim_pair\":[0-9.e+]+,\"reps\"")
 add_test(NAME cli_bench_churn_reserve_in_the_table
   COMMAND $<TARGET_FILE:gpumem_cli> bench churn --simulate --reps 1 --allocator gpumem-sim)
 set_tests_properties(cli_bench_churn_reserve_in_the_table PROPERTIES LABELS cpu
