@@ -56,6 +56,8 @@ if [[ -z "${SKIP_TORCH:-}" && -z "${PEER_LIB:-}" && -n "$TORCH_DIR" && -d "$TORC
   else
     echo "libgpumem_torch_peer.so did not build (torch at $TORCH_DIR):"; tail -20 "$OUT/torch_build.log"
   fi
+elif [[ -n "${PEER_LIB:-}" ]]; then
+  echo "PyTorch's caching allocator: the prebuilt $PEER_LIB"
 else
   echo "PyTorch not found (or SKIP_TORCH): torch-caching skipped"
 fi
