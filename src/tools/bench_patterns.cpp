@@ -9,10 +9,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <random>
 #include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpumem/replay_loop.hpp"
 #include "gpumem/replay_plan.hpp"
@@ -176,29 +180,8 @@ std::string size_text(std::size_t b) {
   return buf;
 }
 
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += ch;
-    }
-  }
-  return o + "\"";
-}
-
-std::string json_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
+// Six significant digits, as the tables print: a figure's noise is far larger than that.
+double six_digits(double v) { return std::strtod(fmt::format("{:.6g}", v).c_str(), nullptr); }
 
 }  // namespace
 
@@ -468,25 +451,27 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
 }
 
 std::string to_json_line(const bench_result& r) {
-  std::string j = "{\"pattern\":" + json_string(r.pattern) +
-                  ",\"allocator\":" + json_string(r.allocator) +
-                  ",\"device\":" + json_string(r.device);
-  if (r.pattern == "pair") j += ",\"size_bytes\":" + std::to_string(r.size_bytes);
-  if (r.pattern == "threads") j += ",\"threads\":" + std::to_string(r.threads);
-  if (r.pattern == "replay" || r.pattern == "replay-warm") j += ",\"trace\":" + json_string(r.trace);
-  if (r.error.empty()) {
-    j += ",\"" + std::string(r.unit_key()) + "\":" + json_number(r.value);
-  } else {
-    j += ",\"error\":" + json_string(r.error);
+  // Keys in a fixed order (ordered_json keeps insertion order), so lines read alike and diff well.
+  nlohmann::ordered_json j;
+  j["pattern"] = r.pattern;
+  j["allocator"] = r.allocator;
+  j["device"] = r.device;
+  if (r.pattern == "pair") j["size_bytes"] = r.size_bytes;
+  if (r.pattern == "threads") j["threads"] = r.threads;
+  if (r.pattern == "replay" || r.pattern == "replay-warm") j["trace"] = r.trace;
+  if (r.error.empty()) j[r.unit_key()] = six_digits(r.value);
+  else j["error"] = r.error;
+  if (r.reserve_over_live > 0) {
+    j["peak_reserved_over_live"] = six_digits(r.reserve_over_live);
+    j["granules_moved"] = r.granules_moved;
+    j["driver_granules"] = r.driver_granules;
   }
-  if (r.reserve_over_live > 0)
-    j += ",\"peak_reserved_over_live\":" + json_number(r.reserve_over_live) +
-         ",\"granules_moved\":" + std::to_string(r.granules_moved) +
-         ",\"driver_granules\":" + std::to_string(r.driver_granules);
-  if (!r.pool_options.empty()) j += ",\"pool_options\":" + json_string(r.pool_options);
-  if (r.host_ns > 0) j += ",\"host_ns_per_sim_pair\":" + json_number(r.host_ns);
-  j += ",\"reps\":" + std::to_string(r.reps) + ",\"ops_per_run\":" + std::to_string(r.ops) + "}";
-  return j;
+  if (!r.pool_options.empty()) j["pool_options"] = r.pool_options;
+  if (r.host_ns > 0) j["host_ns_per_sim_pair"] = six_digits(r.host_ns);
+  j["reps"] = r.reps;
+  j["ops_per_run"] = r.ops;
+  // A trace name or an error text that is not UTF-8 is written with U+FFFD, not refused.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace gpumem::tools
