@@ -17,6 +17,8 @@
 
 namespace gpumem {
 
+// Each field a user may set from text (the CLI, GPUMEM_CONFIG, bench's pool_options column) has a
+// row in pool_option_table.cpp: add one there with a new field.
 struct pool_options {
   // Requests up to this size come from slabs carved into slots of their size class (at most 1 MiB).
   // Measured on the shared traces: 64 KiB, 256 KiB and 1 MiB give the same fragmentation (within
