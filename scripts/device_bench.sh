@@ -13,7 +13,8 @@
 #      "--grow-before-reclaim": gpumem's pool options; the peers are untouched by them),
 #      PIN (a CPU list for taskset: the one-thread patterns run pinned there, one process each, and
 #      threads on every core; an H200 host's cores can differ in speed, and the scheduler moves an
-#      unpinned process between them), PEER_LIB (a prebuilt libgpumem_torch_peer.so: no build here).
+#      unpinned process between them), PEER_LIB (a prebuilt libgpumem_torch_peer.so: no build here),
+#      ROUNDS (default 1: `gpumem bench --rounds`, the allocators taking turns that many times).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST=${GPUMEM_DIST:-.carry/bench}
@@ -70,7 +71,7 @@ if [[ -n "${PEER_LIB:-}" ]]; then peer_args=(--peer-lib "$PEER_LIB"); fi
 : > "$OUT/bench.stderr"
 if [[ -z "${PIN:-}" ]]; then
   # shellcheck disable=SC2086  # BENCH_FLAGS is a list of flags
-  "$DIST/gpumem" bench all --json-out "$OUT/bench.jsonl" --reps "$REPS" ${BENCH_FLAGS:-} "${trace_args[@]}" "${peer_args[@]}" \
+  "$DIST/gpumem" bench all --json-out "$OUT/bench.jsonl" --reps "$REPS" --rounds "${ROUNDS:-1}" ${BENCH_FLAGS:-} "${trace_args[@]}" "${peer_args[@]}" \
     >"$OUT/bench.txt" 2>"$OUT/bench.stderr" || rc=$?
 else
   : > "$OUT/bench.jsonl"
@@ -78,7 +79,7 @@ else
     pin=(taskset -c "$PIN")
     [[ $pattern == threads ]] && pin=()
     # shellcheck disable=SC2086
-    "${pin[@]}" "$DIST/gpumem" bench "$pattern" --json-out "$OUT/bench-$pattern.jsonl" --reps "$REPS" ${BENCH_FLAGS:-} \
+    "${pin[@]}" "$DIST/gpumem" bench "$pattern" --json-out "$OUT/bench-$pattern.jsonl" --reps "$REPS" --rounds "${ROUNDS:-1}" ${BENCH_FLAGS:-} \
       "${trace_args[@]}" "${peer_args[@]}" >>"$OUT/bench.txt" 2>>"$OUT/bench.stderr" || rc=$?
     cat "$OUT/bench-$pattern.jsonl" >> "$OUT/bench.jsonl"
   done

@@ -39,6 +39,7 @@ struct bench_args {
   bool json = false;
   std::string json_out;  // --json-out: the JSON lines to this file, the tables to stdout
   int reps = 5;
+  int rounds = 1;  // --rounds: the whole sweep this many times, allocators in turn
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
   std::vector<std::string> peer_libs;  // --peer-lib
@@ -76,7 +77,7 @@ std::vector<std::filesystem::path> trace_files(const bench_args& a) {
   return out;
 }
 
-void print_tables(const std::vector<bench_result>& results, int reps) {
+void print_tables(const std::vector<bench_result>& results, int reps, int rounds) {
   // Rows in first-seen order per pattern; columns are allocators in first-seen order.
   std::vector<std::string> patterns, allocators;
   for (const auto& r : results) {
@@ -124,8 +125,9 @@ void print_tables(const std::vector<bench_result>& results, int reps) {
     if (pat == "threads") title += " (200 live blocks of 256 B - 1 MiB per thread, own stream each)";
     if (pat == "replay") title += " (first pass on a fresh allocator: growth included)";
     if (pat == "replay-warm") title += " (a second pass on the same allocator)";
-    fmt::print("\n{}: {}, median of up to {} runs; ratio = how many times faster gpumem is\n",
-               title, unit, reps);
+    const std::string how = rounds > 1 ? fmt::format("median of {} rounds, each the median of up to {} runs", rounds, reps)
+                                       : fmt::format("median of up to {} runs", reps);
+    fmt::print("\n{}: {}, {}; ratio = how many times faster gpumem is\n", title, unit, how);
     fmt::print("  {:<24}", "");
     for (const auto& c : cols) fmt::print(" {:>18}", c);
     for (const auto& [o, c] : ratios) fmt::print(" {:>22}", "vs " + c);
@@ -276,58 +278,76 @@ int run_bench(const bench_args& args) {
       return exit_unavailable;
     }
   }
-  std::vector<bench_result> results;
-  // Progress on a terminal: one step per (allocator, pattern).
+  // Progress on a terminal: one step per (round, allocator, pattern).
   const int patterns_run = all ? 4 : 1;
-  const std::uint64_t steps = makers.size() * static_cast<std::uint64_t>(patterns_run);
+  const std::uint64_t steps =
+      makers.size() * static_cast<std::uint64_t>(patterns_run) * static_cast<std::uint64_t>(args.rounds);
   std::uint64_t done = 0;
   progress_bar bar("bench", "steps");
-  for (const auto& m : makers) {
-    if (!args.json) fmt::print(stderr, "gpumem bench: {}...\n", m.name);
-    std::vector<bench_result> got;
-    try {
-      // A fresh allocator for every pattern: what one pattern leaves cached (churn leaves
-      // gigabytes) must not speed up or slow down the next.
-      double host_ns = 0;  // the host's speed before the pattern: see host_speed.hpp
-      auto add = [&](std::vector<bench_result> v) {
-        for (auto& r : v) {
-          if (r.is_gpumem) r.pool_options = gpumem_options_text;
-          r.host_ns = host_ns;
-          if (args.json || json_file.is_open()) {
-            const std::string line = to_json_line(r);
-            if (args.json) fmt::print("{}\n", line);
-            if (json_file.is_open()) json_file << line << '\n' << std::flush;  // kept if a later run dies
+  auto emit = [&](const bench_result& r) {
+    if (!args.json && !json_file.is_open()) return;
+    const std::string line = to_json_line(r);
+    if (args.json) fmt::print("{}\n", line);
+    if (json_file.is_open()) json_file << line << '\n' << std::flush;  // kept if a later run dies
+  };
+  // With --rounds, the allocators take turns: every round runs each of them once, the even rounds in
+  // reverse order, so a host that changes speed under the run (H200 hosts do, within seconds)
+  // weighs on each allocator alike; a figure is then the median of its rounds.
+  std::vector<std::vector<bench_result>> rounds;
+  for (int round = 1; round <= args.rounds; ++round) {
+    std::vector<const bench_allocator_maker*> order;
+    for (const auto& m : makers) order.push_back(&m);
+    if (round % 2 == 0) std::reverse(order.begin(), order.end());
+    std::vector<bench_result>& results = rounds.emplace_back();
+    for (const bench_allocator_maker* mp : order) {
+      const bench_allocator_maker& m = *mp;
+      if (!args.json) fmt::print(stderr, "gpumem bench: {}...\n", m.name);
+      std::vector<bench_result> got;
+      try {
+        // A fresh allocator for every pattern: what one pattern leaves cached (churn leaves
+        // gigabytes) must not speed up or slow down the next.
+        double host_ns = 0;  // the host's speed before the pattern: see host_speed.hpp
+        auto add = [&](std::vector<bench_result> v) {
+          for (auto& r : v) {
+            if (r.is_gpumem) r.pool_options = gpumem_options_text;
+            r.host_ns = host_ns;
+            if (args.rounds > 1) r.round = round;
+            emit(r);
+            got.push_back(std::move(r));
           }
-          got.push_back(std::move(r));
+          std::fflush(stdout);
+          bar(++done, steps);
+        };
+        auto probe = [&] { host_ns = host_ns_per_sim_pair(); };
+        if (all || args.pattern == "pair") probe(), add(bench_pair(*m.make(), cfg));
+        if (all || args.pattern == "churn") probe(), add(bench_churn(*m.make(), cfg));
+        if (all || args.pattern == "threads") probe(), add(bench_threads(*m.make(), cfg));
+        if (all || args.pattern == "replay") {
+          probe();
+          std::unique_ptr<bench_allocator> current;
+          add(bench_replay(
+              [&]() -> bench_allocator& {
+                current.reset();  // the last one's memory goes back before the next one starts
+                current = m.make();
+                return *current;
+              },
+              traces, cfg));
         }
-        std::fflush(stdout);
-        bar(++done, steps);
-      };
-      auto probe = [&] { host_ns = host_ns_per_sim_pair(); };
-      if (all || args.pattern == "pair") probe(), add(bench_pair(*m.make(), cfg));
-      if (all || args.pattern == "churn") probe(), add(bench_churn(*m.make(), cfg));
-      if (all || args.pattern == "threads") probe(), add(bench_threads(*m.make(), cfg));
-      if (all || args.pattern == "replay") {
-        probe();
-        std::unique_ptr<bench_allocator> current;
-        add(bench_replay(
-            [&]() -> bench_allocator& {
-              current.reset();  // the last one's memory goes back before the next one starts
-              current = m.make();
-              return *current;
-            },
-            traces, cfg));
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "gpumem bench: {}: {}\n", m.name, e.what());
       }
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "gpumem bench: {}: {}\n", m.name, e.what());
+      results.insert(results.end(), got.begin(), got.end());
     }
-    results.insert(results.end(), got.begin(), got.end());
   }
+  // The first round's order of allocators is the tables' order of columns.
+  std::vector<bench_result> results = args.rounds == 1 ? std::move(rounds.front()) : merge_rounds(rounds);
+  if (args.rounds > 1)
+    for (const auto& r : results) emit(r);
   bar.finish();
   if (!args.json) {
     fmt::print("gpumem bench on {} (host time; {} CPU threads)\n",
                on_gpu ? "the GPU" : "the simulated device", std::thread::hardware_concurrency());
-    print_tables(results, args.reps);
+    print_tables(results, args.reps, args.rounds);
   }
   if (json_file.is_open() && !json_file) {
     fmt::print(stderr, "gpumem bench: --json-out {}: writing failed\n", args.json_out);
@@ -352,6 +372,11 @@ const registrar reg{command{
                      "tables go to the terminal");
       sub.add_option("--reps", args->reps, "Timed runs per figure; the median is reported")
           ->check(CLI::Range(1, 1000));
+      sub.add_option("--rounds", args->rounds,
+                     "Run the whole sweep this many times, the allocators taking turns (reversed every other "
+                     "round); each figure is the median of its rounds, every round's value in the JSON "
+                     "(`round_values`). For hosts that change speed under a run")
+          ->check(CLI::Range(1, 100));
       sub.add_option("--traces", args->traces,
                      "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces, "
                      "../shared/traces)");

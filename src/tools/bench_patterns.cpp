@@ -33,13 +33,6 @@ double elapsed_ns(clock_type::time_point t0) {
 // Keeps the compiler from proving an alloc/free pair dead.
 volatile std::uintptr_t sink;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 // gpumem's rows: the pool's peak reserved / peak live and granules moved so far, beside the speed.
 void note_pool(bench_result& r, const bench_allocator& a) {
   if (const std::optional<pool_stats> st = a.gpumem_stats()) {
@@ -450,6 +443,40 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
   return out;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+std::vector<bench_result> merge_rounds(const std::vector<std::vector<bench_result>>& rounds) {
+  std::vector<bench_result> out;
+  if (rounds.empty()) return out;
+  auto same = [](const bench_result& a, const bench_result& b) {
+    return a.pattern == b.pattern && a.allocator == b.allocator && a.param() == b.param();
+  };
+  for (const bench_result& first : rounds.front()) {
+    bench_result merged = first;
+    std::vector<double> values, hosts;
+    for (const auto& round : rounds)
+      for (const bench_result& r : round)
+        if (same(r, first) && r.error.empty()) {
+          merged = r;  // the memory figures of the last round that measured it
+          values.push_back(r.value);
+          if (r.host_ns > 0) hosts.push_back(r.host_ns);
+        }
+    merged.round = 0;
+    if (!values.empty()) {
+      merged.value = median(values);
+      merged.host_ns = median(hosts);
+      merged.round_values = std::move(values);
+    }
+    out.push_back(std::move(merged));
+  }
+  return out;
+}
+
 std::string to_json_line(const bench_result& r) {
   // Keys in a fixed order (ordered_json keeps insertion order), so lines read alike and diff well.
   nlohmann::ordered_json j;
@@ -470,6 +497,12 @@ std::string to_json_line(const bench_result& r) {
   if (r.host_ns > 0) j["host_ns_per_sim_pair"] = six_digits(r.host_ns);
   j["reps"] = r.reps;
   j["ops_per_run"] = r.ops;
+  if (r.round > 0) j["round"] = r.round;
+  if (!r.round_values.empty()) {
+    j["rounds"] = r.round_values.size();
+    auto& v = j["round_values"] = nlohmann::ordered_json::array();
+    for (double x : r.round_values) v.push_back(six_digits(x));
+  }
   // A trace name or an error text that is not UTF-8 is written with U+FFFD, not refused.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

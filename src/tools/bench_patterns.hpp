@@ -70,6 +70,10 @@ struct bench_result {
   // The host's speed just before the pattern ran (host_speed.hpp): ns per simulated 512 B pair;
   // 0: not taken.
   double host_ns = 0;
+  // `gpumem bench --rounds N`: a round's own line carries its number (1..N); the merged line
+  // carries every round's figure, and `value` is their median (so is host_ns).
+  int round = 0;
+  std::vector<double> round_values;
   // The key naming `value` in JSON: ns_per_pair, ns_per_op or mops_per_s.
   const char* unit_key() const;
   bool higher_is_better() const { return pattern == "threads"; }
@@ -88,5 +92,10 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
 
 // One JSON object, on one line, without a trailing newline; snake_case keys, units in the names.
 std::string to_json_line(const bench_result& r);
+// The median of `v` (0 when empty).
+double median(std::vector<double> v);
+// One row per row of the first round: each figure the median over the rounds that measured it,
+// with every round's value in round_values (rows that failed in every round keep their error).
+std::vector<bench_result> merge_rounds(const std::vector<std::vector<bench_result>>& rounds);
 
 }  // namespace gpumem::tools

@@ -46,3 +46,17 @@ add_test(NAME cli_bench_tables_give_the_host_speed
   COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim)
 set_tests_properties(cli_bench_tables_give_the_host_speed PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "host speed: a simulated 512 B alloc\\+free pair took [0-9.]+-[0-9.]+ ns before the patterns \\([0-9.]+x\\)\n  before gpumem-sim's: pair [0-9.]+\n")
+
+# --rounds: the allocators take turns; each round's lines carry its number, then one line per figure
+# with every round's value and their median; the tables say so.
+add_test(NAME cli_bench_rounds_json
+  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --rounds 3 --json)
+set_tests_properties(cli_bench_rounds_json PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "\"allocator\":\"malloc\",[^\n]*\"round\":2}\n.*\"allocator\":\"gpumem-sim\",[^\n]*\"round\":3}\n.*\"allocator\":\"gpumem-sim\",\"device\":\"simulated\",\"size_bytes\":512,[^\n]*\"rounds\":3,\"round_values\":\\[[0-9.e+]+,[0-9.e+]+,[0-9.e+]+\\]}")
+add_test(NAME cli_bench_rounds_table
+  COMMAND $<TARGET_FILE:gpumem_cli> bench churn --simulate --reps 1 --rounds 2 --allocator gpumem-sim)
+set_tests_properties(cli_bench_rounds_table PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "churn \\(1000 live blocks, 256 B - 64 MiB\\): ns_per_op, median of 2 rounds, each the median of up to 1 runs")
+add_test(NAME cli_bench_rounds_zero_refused
+  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --rounds 0)
+set_tests_properties(cli_bench_rounds_zero_refused PROPERTIES LABELS cpu WILL_FAIL TRUE)
