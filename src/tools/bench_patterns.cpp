@@ -452,11 +452,18 @@ double median(std::vector<double> v) {
 
 std::vector<bench_result> merge_rounds(const std::vector<std::vector<bench_result>>& rounds) {
   std::vector<bench_result> out;
-  if (rounds.empty()) return out;
   auto same = [](const bench_result& a, const bench_result& b) {
     return a.pattern == b.pattern && a.allocator == b.allocator && a.param() == b.param();
   };
-  for (const bench_result& first : rounds.front()) {
+  // Every figure any round has, in first-seen order (an allocator that threw in round 1 may have
+  // measured in round 2).
+  std::vector<const bench_result*> keys;
+  for (const auto& round : rounds)
+    for (const bench_result& r : round)
+      if (std::none_of(keys.begin(), keys.end(), [&](const bench_result* k) { return same(*k, r); }))
+        keys.push_back(&r);
+  for (const bench_result* key : keys) {
+    const bench_result& first = *key;
     bench_result merged = first;
     std::vector<double> values, hosts;
     for (const auto& round : rounds)

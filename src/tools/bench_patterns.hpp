@@ -94,7 +94,7 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
 std::string to_json_line(const bench_result& r);
 // The median of `v` (0 when empty).
 double median(std::vector<double> v);
-// One row per row of the first round: each figure the median over the rounds that measured it,
+// One row per figure of any round (first-seen order): the median over the rounds that measured it,
 // with every round's value in round_values (rows that failed in every round keep their error).
 std::vector<bench_result> merge_rounds(const std::vector<std::vector<bench_result>>& rounds);
 
