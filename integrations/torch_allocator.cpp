@@ -35,15 +35,12 @@
 #include <array>
 #include <atomic>
 #include <cctype>
-#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <string>
 #include <string_view>
 
