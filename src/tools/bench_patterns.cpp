@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <optional>
 #include <random>
 #include <thread>
@@ -451,35 +452,31 @@ double median(std::vector<double> v) {
 }
 
 std::vector<bench_result> merge_rounds(const std::vector<std::vector<bench_result>>& rounds) {
+  // One row per figure any round has, in first-seen order (an allocator that threw in round 1 may
+  // have measured in round 2); the memory figures are those of the last round that measured it.
   std::vector<bench_result> out;
-  auto same = [](const bench_result& a, const bench_result& b) {
-    return a.pattern == b.pattern && a.allocator == b.allocator && a.param() == b.param();
-  };
-  // Every figure any round has, in first-seen order (an allocator that threw in round 1 may have
-  // measured in round 2).
-  std::vector<const bench_result*> keys;
+  std::vector<std::vector<double>> values, hosts;  // by row of `out`
+  std::map<std::string, std::size_t> row_of;        // pattern, allocator, param -> row
   for (const auto& round : rounds)
-    for (const bench_result& r : round)
-      if (std::none_of(keys.begin(), keys.end(), [&](const bench_result* k) { return same(*k, r); }))
-        keys.push_back(&r);
-  for (const bench_result* key : keys) {
-    const bench_result& first = *key;
-    bench_result merged = first;
-    std::vector<double> values, hosts;
-    for (const auto& round : rounds)
-      for (const bench_result& r : round)
-        if (same(r, first) && r.error.empty()) {
-          merged = r;  // the memory figures of the last round that measured it
-          values.push_back(r.value);
-          if (r.host_ns > 0) hosts.push_back(r.host_ns);
-        }
-    merged.round = 0;
-    if (!values.empty()) {
-      merged.value = median(values);
-      merged.host_ns = median(hosts);
-      merged.round_values = std::move(values);
+    for (const bench_result& r : round) {
+      const auto [it, fresh] = row_of.try_emplace(r.pattern + '\n' + r.allocator + '\n' + r.param(), out.size());
+      if (fresh) {
+        out.push_back(r);
+        values.emplace_back();
+        hosts.emplace_back();
+      }
+      if (!r.error.empty()) continue;
+      const std::size_t i = it->second;
+      out[i] = r;
+      values[i].push_back(r.value);
+      if (r.host_ns > 0) hosts[i].push_back(r.host_ns);
     }
-    out.push_back(std::move(merged));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].round = 0;
+    if (values[i].empty()) continue;  // failed in every round: keeps its error
+    out[i].value = median(values[i]);
+    out[i].host_ns = median(hosts[i]);
+    out[i].round_values = std::move(values[i]);
   }
   return out;
 }
