@@ -7,7 +7,7 @@
 # Env: ROUNDS, PATTERNS (default "replay pair"), POLICY (default --grow-before-reclaim), ORDER (the
 #      binaries in the order every round runs them; default: base first in odd rounds, new first in even),
 #      ALLOCATOR (default gpumem-gpu; gpumem-sim with POLICY="... --simulate" tries it without a GPU),
-#      PIN (a CPU list for taskset: every run on those cores, e.g. the fastest of a per-core sweep).
+#      PIN (a CPU list for taskset: every run on those cores; it does not hold the host's speed).
 # Before every run the host's speed is taken: base's simulated 512 B alloc+free pair (0.2 s, no GPU),
 # the same instructions every time, so it moves only with the host. Session 21's H200 host switched
 # between two speeds ~1.8x apart within seconds; each figure's ratio is then also given over the two
