@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -208,8 +209,6 @@ bool parse_flag(std::string_view text) {
 void set_pool_option(pool_options& o, const pool_option_spec& spec, std::string_view text,
                      pool_option_source from) {
   const bool cli = from == pool_option_source::command_line;
-  std::string called = cli ? pool_option_cli_names(spec) : std::string(spec.name);
-  called = called.substr(0, called.find(','));  // the first of the CLI's names
   try {
     std::visit(
         [&](auto member) {
@@ -229,6 +228,9 @@ void set_pool_option(pool_options& o, const pool_option_spec& spec, std::string_
         },
         spec.field);
   } catch (const std::invalid_argument& e) {
+    // The option as the caller wrote it: its key, or the first of its flag's names.
+    std::string called = cli ? pool_option_cli_names(spec) : std::string(spec.name);
+    called.resize(std::min(called.size(), called.find(',')));
     throw std::invalid_argument(fmt::format("{}: {}", called, e.what()));
   }
 }
