@@ -187,8 +187,8 @@ class alignas(64) front_cache {
   // About how many bytes of arena blocks this front cache keeps in its bins, for other threads to
   // read without its lock: before the pool grows for a large request it takes back the large
   // blocks another thread's front cache sits on (pool.cpp, take_back_others). It is the held[1]
-  // of the stream whose bin last took a block (so with one stream, what it held then), stored by
-  // the free that pushed it: one plain store on that path, none on the allocation's
+  // of the stream whose bin last took an arena block (so with one stream, what it held then),
+  // stored by the free that pushed it: one plain store on that path, none on the allocation's
   // (a sum kept exact on both cost a 16 MiB alloc+free pair 13 of its ~245 instructions). It
   // runs ahead of the truth while the thread takes blocks back out; the pool then looks, under
   // the cache's lock, and finds less.
@@ -325,12 +325,15 @@ class alignas(64) front_cache {
     if (x.count >= x.limit) return false;
     x.items[x.count++] = i;
     held += r.block_bytes;
-    // Only arena blocks are evicted by age (make_room; slots go to their slabs), but a slot gets
-    // its stamp too (never read), and the hint below is stored on every push: frees of slots and
-    // of arena blocks come in no order a predictor learns, and a branch on the kind here was bert's
-    // warm replay's most mispredicted (0.15 per operation under callgrind's model, session 22).
-    r.cached_at = fast_frees;
-    arena_cached_bytes.store(sb.held[1], std::memory_order_relaxed);
+    // Only arena blocks: they alone are evicted by age (make_room; slots go to their slabs), and
+    // the hint is about them. (Storing it on every push spares a branch that callgrind's model
+    // found mispredicted 0.15 times per operation of bert's warm replay, session 22, but then a
+    // stream's slot frees would hide the arena blocks its thread keeps for another stream from
+    // take_back_others.)
+    if (!r.sl) {
+      r.cached_at = fast_frees;
+      arena_cached_bytes.store(sb.held[1], std::memory_order_relaxed);
+    }
     return true;
   }
 

@@ -927,11 +927,11 @@ namespace {
 // for it (GCC still saves five registers, for the arguments the tail calls pass on): a warm
 // alloc+free pair on the simulated device ran 241-247 instructions with the general path's steps
 // inline here, 227-233 without (bench/RESULTS.md, session 16). The request's class is worked out
-// without a branch (shape_of), since sizes come in an order no predictor learns (a fifth fewer
-// mispredicted branches for a trace's replay, session 22). Only requests at the default alignment
-// or less take it — what PyTorch's and CuPy's adaptors and most callers ask: the alignment is then
-// a constant, which no block fails (a larger one goes to allocate_general, a few dozen
-// instructions more), and the pair it spares ~10 instructions.
+// without a branch (shape_of), since sizes come in an order no predictor learns (callgrind's
+// branch model put 0.18 of bert's ~2.1 mispredictions per operation there, session 22). Only
+// requests at the default alignment or less take it — what PyTorch's and CuPy's adaptors and most
+// callers ask: the alignment is then a constant, which no block fails (a larger one goes to
+// allocate_general, a few dozen instructions more), and the pair it spares ~10 instructions.
 void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   impl& p = *impl_;
   const tls_front& last = tls_last;  // one address computation for both reads
