@@ -893,6 +893,15 @@ namespace {
   return small;
 }
 
+constexpr auto default_alignment_log2 = static_cast<std::uint8_t>(std::countr_zero(default_alignment));
+
+// A power of two of at most default_alignment: no bit below the top one, and none from
+// default_alignment's bit up but its own. The common allocate and free take only these (every
+// block is allocated at default_alignment or more), tested without a branch per condition.
+[[gnu::always_inline]] inline bool within_default_alignment(std::size_t alignment) noexcept {
+  return ((alignment & (alignment - 1)) | ((alignment - 1) >> default_alignment_log2)) == 0;
+}
+
 [[noreturn, gnu::cold, gnu::noinline]] void bad_request(std::size_t bytes, std::size_t alignment, std::size_t granule) {
   if (!is_power_of_two(alignment))
     throw std::invalid_argument(fmt::format("gpumem::pool::allocate: alignment {} is not a power of two", alignment));
@@ -935,9 +944,7 @@ namespace {
 void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   impl& p = *impl_;
   const tls_front& last = tls_last;  // one address computation for both reads
-  // A power of two of at most 256: no bit below the top one, none from bit 8 up but 256's.
-  if (bytes - 1 >= absurd_bytes || ((alignment & (alignment - 1)) | ((alignment - 1) >> 8)) != 0 ||
-      last.pool_id != p.id) [[unlikely]]
+  if (bytes - 1 >= absurd_bytes || !within_default_alignment(alignment) || last.pool_id != p.id) [[unlikely]]
     return p.allocate_general(bytes, alignment, s);
   std::size_t size, b;
   shape_of(bytes, default_alignment, p.small_max, size, b);
@@ -946,8 +953,7 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
     if (detail::stream_bins* sb = fc.last_bins_for(s)) [[likely]] {
       std::uint32_t i;
       if (fc.try_pop_top(*sb, b, size, 0, i)) [[likely]] {
-        constexpr auto default_log2 = static_cast<std::uint8_t>(std::countr_zero(default_alignment));
-        const detail::block_rec& r = fc.hand_out(i, bytes, s, default_log2);
+        const detail::block_rec& r = fc.hand_out(i, bytes, s, default_alignment_log2);
         ++fc.hits;
         if (p.account_quietly(fc, static_cast<std::ptrdiff_t>(bytes))) [[unlikely]]
           return p.publish_and_unlock(fc, r.addr);
@@ -1064,11 +1070,9 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
         const std::uint32_t i = *pi;
         detail::block_rec& r = fc.recs[i];
         detail::bin& x = sb->bins[r.bin];
-        // At most the default alignment (a power of two up to 256), as allocate's common path
-        // asks: every block was allocated at 256 or more. A larger one is checked against the
-        // block's in deallocate_general.
-        if (r.state == detail::rec_live && r.bytes == bytes &&
-            ((alignment & (alignment - 1)) | ((alignment - 1) >> 8)) == 0 && x.limit) [[likely]] {
+        // A larger alignment is checked against the block's in deallocate_general.
+        if (r.state == detail::rec_live && r.bytes == bytes && within_default_alignment(alignment) &&
+            x.limit) [[likely]] {
           r.state = detail::rec_cached;
           fc.live_bytes -= bytes;
           const bool publish_due = p.account_free_quietly(fc, bytes);
