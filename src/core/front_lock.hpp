@@ -23,12 +23,21 @@ void heavy_fence() noexcept;
 
 class front_lock {
  public:
+  // `asymmetric`: use the asymmetric fence (where the kernel has it); false, the exchange-based
+  // fallback everywhere (what a kernel without membarrier gets, and what the tests can ask for).
+  explicit front_lock(bool asymmetric = asymmetric_by_default()) noexcept
+      : asymmetric_(asymmetric && asymmetric_fence_available()), foreign_(!asymmetric_) {}
+  front_lock(const front_lock&) = delete;
+  front_lock& operator=(const front_lock&) = delete;
+  bool asymmetric() const noexcept { return asymmetric_; }
+
   // Owner side, the common path only: true with the lock held, when the asymmetric fence is there
   // and no foreign thread holds or wants the lock; else false, and nothing held. It calls nothing,
   // so the common allocate and free inline it whole (pool.cpp, pool::allocate) and go on to the
   // general path, which takes owner_lock, when it fails.
   [[gnu::always_inline]] bool owner_try_lock() noexcept {
-    if (!asymmetric_) return false;
+    // Without the asymmetric fence foreign_ stays set from the start (below), so this fails here
+    // and the owner queues on the mutex: no test of asymmetric_ on the common path.
     owner_in_.store(true, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the store before the load
     if (!foreign_.load(std::memory_order_acquire)) [[likely]]
@@ -102,14 +111,19 @@ class front_lock {
         std::this_thread::yield();
     }
   }
+  static constexpr bool asymmetric_by_default() noexcept {
 #if defined(__SANITIZE_THREAD__)
-  // ThreadSanitizer cannot see membarrier's ordering: take the plain lock so it checks the rest.
-  const bool asymmetric_ = false;
+    // ThreadSanitizer cannot see membarrier's ordering: take the plain lock so it checks the rest.
+    return false;
 #else
-  const bool asymmetric_ = asymmetric_fence_available();
+    return true;
 #endif
+  }
+  const bool asymmetric_;
   std::atomic<bool> owner_in_{false};
-  std::atomic<bool> foreign_{false};
+  // A foreign claim; always set without the asymmetric fence (lock and unlock then leave it be),
+  // so owner_try_lock never succeeds there. owner_in_ is then stored but never read.
+  std::atomic<bool> foreign_;
   bool owner_took_slow_ = false;  // touched only by the owner thread
   std::mutex m_;
 };

@@ -27,17 +27,8 @@ struct gpu_pool::state {
   ~state() { p.reset(); }
 };
 
-gpu_pool::gpu_pool(gpu_pool_options opts) : state_(std::make_shared<state>(opts)) {}
+gpu_pool::gpu_pool(gpu_pool_options opts) : state_(std::make_shared<state>(opts)), pool_(state_->p.get()) {}
 
-void* gpu_pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
-  return state_->p->allocate(bytes, alignment, s);
-}
-
-void gpu_pool::deallocate(void* p, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
-  state_->p->deallocate(p, bytes, alignment, s);
-}
-
-gpumem::pool& gpu_pool::pool() const noexcept { return *state_->p; }
 upstream& gpu_pool::memory() const noexcept { return *state_->up; }
 
 }  // namespace gpumem

@@ -23,12 +23,18 @@ struct gpu_pool_options {
 class gpu_pool {
  public:
   explicit gpu_pool(gpu_pool_options opts = {});
-  // Same contract as gpumem::pool::allocate / deallocate.
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  // Same contract as gpumem::pool::allocate / deallocate. Inline, through pool_: a call made here
+  // goes straight to the pool's common path, without a call of its own or the two loads through
+  // state_ that came before the pool's own work (bench/RESULTS.md, session 23).
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0) {
+    return pool_->allocate(bytes, alignment, s);
+  }
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = 0) noexcept {
+    pool_->deallocate(p, bytes, alignment, s);
+  }
 
-  gpumem::pool& pool() const noexcept;
+  gpumem::pool& pool() const noexcept { return *pool_; }
   upstream& memory() const noexcept;
   pool_stats stats() const { return pool().stats(); }
   void trim() { pool().trim(); }
@@ -42,6 +48,7 @@ class gpu_pool {
 
  private:
   std::shared_ptr<state> state_;
+  gpumem::pool* pool_;  // state_'s pool, which lives as long as state_ (copies share both)
 };
 
 static_assert(resource<gpu_pool>);

@@ -1,0 +1,29 @@
+#pragma once
+// What bench/ab's main sees of each gpumem build under test. Only standard types cross it, so each
+// build's namespace (gpumem_vN) stays inside its own ab_variant.inc translation unit.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ab {
+
+struct pattern {
+  std::string kind;        // pair, churn or replay
+  std::size_t size = 512;  // pair: the request's bytes
+  std::string trace;       // replay: the trace file
+  bool grow_first = true;  // pool_options::grow_before_reclaim
+};
+
+// A pool on its own simulated device, warmed up for one pattern.
+class pattern_runner {
+ public:
+  virtual ~pattern_runner() = default;
+  // Runs the pattern for about `ops` operations (a replay: one warm pass) and returns the host's
+  // ns per operation.
+  virtual double window(std::size_t ops) = 0;
+};
+
+extern volatile std::uintptr_t sink;  // keeps a pair from being proved dead
+
+}  // namespace ab
