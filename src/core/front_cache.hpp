@@ -118,16 +118,37 @@ inline std::uint32_t bin_limit_for(std::size_t block_bytes, bool grow_first = fa
   return static_cast<std::uint32_t>(std::clamp(lim, 2.0, 32.0));
 }
 
-// One class's cached blocks (record indices) for one stream, newest last.
+// One cached block in a bin: its address beside its record's index. The common allocate returns
+// the address read here, so the caller gets it one load sooner than through the record (whose
+// fields it writes, and whose size it checks, beside that path rather than on it); the common free
+// stores the address it was given. A warm alloc+free pair is one chain of dependent loads, each
+// waiting for the last, and this (with rec_ref below) takes a link out of each half. It costs 9
+// instructions a pair (16 B items need a shift to index), yet on the device hosts' Xeons a pair
+// took 0.62-0.81 of the time it took without (bench/ab, all five sizes; on the lead's Zen 5,
+// which runs the pair near its issue width, 1.02-1.05; bench/RESULTS.md, session 23).
+struct bin_item {
+  std::uintptr_t addr = 0;
+  std::uint32_t rec = 0;
+};
+
+// What the front cache's address index holds for a block: its record and its bin. The bin is the
+// record's, which never changes while the block stays (adopt to forget), so the common free finds
+// the bin to push into from the index without waiting for the record.
+struct rec_ref {
+  std::uint32_t rec = 0;
+  std::uint16_t bin = 0;
+};
+
+// One class's cached blocks for one stream, newest last.
 struct bin {
-  std::unique_ptr<std::uint32_t[]> items;
+  std::unique_ptr<bin_item[]> items;
   std::uint32_t count = 0;
   std::uint32_t limit = 0;  // 0: not set up yet
 
   // Raises the limit to `most` (if that is more), keeping the blocks and their order.
   void widen(std::uint32_t most) {
     if (most <= limit) return;
-    auto wider = std::make_unique<std::uint32_t[]>(most);
+    auto wider = std::make_unique<bin_item[]>(most);
     std::copy(items.get(), items.get() + count, wider.get());
     items = std::move(wider);
     limit = most;
@@ -162,7 +183,7 @@ struct stream_bins {
   [[gnu::noinline]] bin& set_up(std::size_t b) {
     bin& x = bins[b];
     x.limit = bin_limit_for(size_class_bytes(b), grow_first);
-    x.items = std::make_unique<std::uint32_t[]>(x.limit);
+    x.items = std::make_unique<bin_item[]>(x.limit);
     return x;
   }
 };
@@ -174,7 +195,7 @@ class alignas(64) front_cache {
   explicit front_cache(bool grow_first = false) : grow_first_(grow_first) {}
 
   front_lock lock;  // see front_lock.hpp: cheap for the owning thread
-  pointer_map<std::uint32_t> index;  // address -> record, for every live and cached block
+  pointer_map<rec_ref> index;  // address -> record (and bin), for every live and cached block
   std::vector<block_rec> recs;
   std::vector<std::uint32_t> spare_recs;
   std::vector<stream_bins> streams;
@@ -196,8 +217,8 @@ class alignas(64) front_cache {
 
   // The live block at `a`, or nullptr.
   block_rec* find_live(std::uintptr_t a) noexcept {
-    const std::uint32_t* i = index.find(a);
-    return i && recs[*i].live() ? &recs[*i] : nullptr;
+    const rec_ref* i = index.find(a);
+    return i && recs[i->rec].live() ? &recs[i->rec] : nullptr;
   }
   // Cached block `i`, out of its bin, becomes the caller's: `bytes` requested on `s` at
   // 2^align_log2. Returns its record (the caller accounts the live bytes to the pool).
@@ -222,7 +243,7 @@ class alignas(64) front_cache {
       i = static_cast<std::uint32_t>(recs.size());
       recs.push_back(r);
     }
-    index.insert(r.addr, i);
+    index.insert(r.addr, {i, r.bin});
     if (!r.sl) note_arena_block(r.bin, +1);
     return i;
   }
@@ -241,27 +262,30 @@ class alignas(64) front_cache {
   }
   // The bins of `s` if the latest call was on `s` (nullptr otherwise): bins_for without a call.
   stream_bins* last_bins_for(stream_ref s) noexcept { return last_ && last_->stream == s ? last_ : nullptr; }
-  // The newest block of bin `b` if it is `size` bytes at `alignment` (the common allocate), taken
-  // out; none otherwise, with the bin untouched.
+  // The newest block of bin `b` if it is `size` bytes at `alignment`, taken out; none otherwise,
+  // with the bin untouched.
   [[gnu::always_inline]] std::uint32_t pop_top(stream_bins& sb, std::size_t b, std::size_t size,
                                                 std::size_t alignment) noexcept {
-    std::uint32_t i;
-    return try_pop_top(sb, b, size, alignment, i) ? i : none;
-  }
-  // pop_top with the answer apart from the index: the allocate's common path branches on it once
-  // (on pop_top's `none` it tested the index again, for it cannot know a bin holds no `none`).
-  // `alignment` 0: the default alignment, which every block meets (each starts on a multiple of
-  // 256 B, slots and arena blocks alike), so the address is not looked at.
-  [[gnu::always_inline]] bool try_pop_top(stream_bins& sb, std::size_t b, std::size_t size, std::size_t alignment,
-                                          std::uint32_t& out) noexcept {
     bin& x = sb.bins[b];
     // A bin not set up yet has a count of 0.
-    if (!x.count) return false;
-    const std::uint32_t i = x.items[x.count - 1];
-    if (recs[i].block_bytes != size || (alignment && (recs[i].addr & (alignment - 1)) != 0)) return false;
+    if (!x.count) return none;
+    const bin_item top = x.items[x.count - 1];
+    if (recs[top.rec].block_bytes != size || (top.addr & (alignment - 1)) != 0) return none;
     --x.count;
-    uncount(sb, recs[i]);
-    out = i;
+    uncount(sb, recs[top.rec]);
+    return top.rec;
+  }
+  // pop_top for the allocate's common path, at the default alignment, which every block meets (each
+  // starts on a multiple of 256 B, slots and arena blocks alike), so the address is not looked at.
+  // The block comes back whole: its address for the caller, straight from the bin.
+  [[gnu::always_inline]] bool pop_top_default(stream_bins& sb, std::size_t b, std::size_t size,
+                                              bin_item& out) noexcept {
+    bin& x = sb.bins[b];
+    if (!x.count) return false;
+    out = x.items[x.count - 1];
+    if (recs[out.rec].block_bytes != size) return false;
+    --x.count;
+    uncount(sb, recs[out.rec]);
     return true;
   }
   // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); none if none.
@@ -274,7 +298,7 @@ class alignas(64) front_cache {
   }
   // Takes the block at position `k` out of bin `x`; the blocks after it move down one.
   std::uint32_t take_at(stream_bins& sb, bin& x, std::uint32_t k) noexcept {
-    const std::uint32_t i = x.items[k];
+    const std::uint32_t i = x.items[k].rec;
     std::copy(x.items.get() + k + 1, x.items.get() + x.count, x.items.get() + k);
     --x.count;
     uncount(sb, recs[i]);
@@ -296,8 +320,8 @@ class alignas(64) front_cache {
       const std::uint32_t stop = x.count > fit_scan ? x.count - fit_scan : 0;
       std::uint32_t best = x.count;  // position in x.items
       for (std::uint32_t k = x.count; k-- > stop;) {
-        const std::uint32_t i = x.items[k];
-        if (!fits(i) || (best < x.count && recs[i].block_bytes >= recs[x.items[best]].block_bytes)) continue;
+        const std::uint32_t i = x.items[k].rec;
+        if (!fits(i) || (best < x.count && recs[i].block_bytes >= recs[x.items[best].rec].block_bytes)) continue;
         best = k;
         if (recs[i].block_bytes == size) break;
       }
@@ -305,7 +329,7 @@ class alignas(64) front_cache {
     }
     for (std::size_t c = b + 1; c <= b + fit_up_classes && c < sb.bins.size(); ++c) {
       bin& x = sb.bins[c];
-      if (x.count && fits(x.items[x.count - 1])) return take_at(sb, x, x.count - 1);
+      if (x.count && fits(x.items[x.count - 1].rec)) return take_at(sb, x, x.count - 1);
     }
     return none;
   }
@@ -316,14 +340,16 @@ class alignas(64) front_cache {
   // exceeds its budget by one block at most).
   [[gnu::always_inline]] bool push(stream_bins& sb, block_rec& r, std::uint32_t i, std::size_t max_bytes) {
     if (sb.held[sb.budget_of(r)] >= max_bytes) return false;  // before bin_at: no bin set up for nothing
-    return push_into(sb, sb.bin_at(r.bin), r, i, max_bytes);
+    return push_into(sb, sb.bin_at(r.bin), r, i, r.addr, max_bytes);
   }
-  // push into `x`, the bin of `r` (set up).
-  [[gnu::always_inline]] bool push_into(stream_bins& sb, bin& x, block_rec& r, std::uint32_t i, std::size_t max_bytes) {
+  // push into `x`, the bin of `r` (set up); `addr` is r.addr as the caller has it (the common free
+  // has it in hand, and the next allocate's answer then need not wait for the record's load).
+  [[gnu::always_inline]] bool push_into(stream_bins& sb, bin& x, block_rec& r, std::uint32_t i, std::uintptr_t addr,
+                                        std::size_t max_bytes) {
     std::size_t& held = sb.held[sb.budget_of(r)];
     if (held >= max_bytes) return false;
     if (x.count >= x.limit) return false;
-    x.items[x.count++] = i;
+    x.items[x.count++] = {addr, i};
     held += r.block_bytes;
     // Only arena blocks: they alone are evicted by age (make_room; slots go to their slabs), and
     // the hint is about them. (Storing it on every push spares a branch that callgrind's model
@@ -350,8 +376,8 @@ class alignas(64) front_cache {
     for (std::size_t w = 0; w < arena_bins_.size(); ++w) {
       for (std::uint64_t bits = arena_bins_[w]; bits; bits &= bits - 1) {
         bin& x = sb.bins[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))];
-        if (!x.count || recs[x.items[0]].sl) continue;
-        if (!oldest || recs[x.items[0]].cached_at < recs[oldest->items[0]].cached_at) oldest = &x;
+        if (!x.count || recs[x.items[0].rec].sl) continue;
+        if (!oldest || recs[x.items[0].rec].cached_at < recs[oldest->items[0].rec].cached_at) oldest = &x;
       }
     }
     return oldest ? take_at(sb, *oldest, 0) : none;
@@ -366,7 +392,7 @@ class alignas(64) front_cache {
   [[gnu::noinline]] std::uint32_t probe(stream_bins& sb, bin& x, std::size_t size, std::size_t alignment) {
     const std::uint32_t stop = x.count > 4 ? x.count - 4 : 0;
     for (std::uint32_t k = x.count - 1; k > stop; --k) {
-      const std::uint32_t i = x.items[k - 1];
+      const std::uint32_t i = x.items[k - 1].rec;
       if (recs[i].block_bytes == size && (recs[i].addr & (alignment - 1)) == 0) {
         x.items[k - 1] = x.items[--x.count];
         uncount(sb, recs[i]);

@@ -354,9 +354,9 @@ struct pool::impl {
         if (sb.shard) shard_lock = std::unique_lock(sb.shard->m);
         for (auto& x : sb.bins) {
           for (std::uint32_t k = 0; k < x.count; ++k) {
-            const detail::block_rec& r = f.recs[x.items[k]];
+            const detail::block_rec& r = f.recs[x.items[k].rec];
             if (!(r.sl && sb.shard && detail::slab_cache::put_back(*sb.shard, r.sl, r.slot))) rest.push_back(r);
-            f.forget(x.items[k]);
+            f.forget(x.items[k].rec);
           }
           x.count = 0;
         }
@@ -459,8 +459,8 @@ struct pool::impl {
       });
     }
     for (std::uint32_t j = k; j-- > 0;)
-      x.items[x.count++] = fc.adopt({got[j].addr, size, got[j].sl, {0}, 0, got[j].slot, static_cast<std::uint16_t>(b), 8,
-                                     detail::rec_cached});
+      x.items[x.count++] = {got[j].addr, fc.adopt({got[j].addr, size, got[j].sl, {0}, 0, got[j].slot,
+                                                   static_cast<std::uint16_t>(b), 8, detail::rec_cached})};
     sb.held[0] += k * size;
     return k;
   }
@@ -480,7 +480,7 @@ struct pool::impl {
     if (!fill_bin(fc, sb, b, size, std::max<std::uint32_t>(1, x.limit / 2), 1)) return detail::front_cache::none;
     ++fc.refills;
     sb.held[0] -= size;
-    return x.items[--x.count];
+    return x.items[--x.count].rec;
   }
 
   // Gives the older blocks of bin `x` back to their slabs, down to `keep`; only slots of slabs the
@@ -488,7 +488,7 @@ struct pool::impl {
   static void trim_bin(detail::front_cache& fc, detail::stream_bins& sb, detail::bin& x, std::uint32_t keep) {
     std::uint32_t drop = x.count > keep ? x.count - keep : 0, out = 0;
     for (std::uint32_t k = 0; k < x.count; ++k) {
-      const std::uint32_t i = x.items[k];
+      const std::uint32_t i = x.items[k].rec;
       const detail::block_rec& r = fc.recs[i];
       if (drop && r.sl && detail::slab_cache::put_back(*sb.shard, r.sl, r.slot)) {
         --drop;
@@ -496,7 +496,7 @@ struct pool::impl {
         fc.forget(i);
         continue;
       }
-      x.items[out++] = i;
+      x.items[out++] = x.items[k];
     }
     x.count = out;
   }
@@ -587,10 +587,10 @@ struct pool::impl {
     // where the bin keeps 3). Wider bins without the headroom raised resnet's reserve instead
     // (1.0415 -> 1.054 at twice the limit), and three times the limit or more took it past the
     // headroom, where the budget falls back and the reserve stays (1.117).
-    if (x.count >= x.limit && grow_first && !fc.recs[x.items[0]].sl && within_headroom(fc))
+    if (x.count >= x.limit && grow_first && !fc.recs[x.items[0].rec].sl && within_headroom(fc))
       x.widen(2 * detail::bin_limit_for(r.block_bytes, true));
     if (x.count >= x.limit) {
-      if (fc.recs[x.items[0]].sl) return false;  // a class of slots: those go back to their slabs
+      if (fc.recs[x.items[0].rec].sl) return false;  // a class of slots: those go back to their slabs
       evict(fc.take_at(sb, x, 0));
     }
     while (sb.held[1] >= budget && !ev.full()) {
@@ -681,8 +681,9 @@ struct pool::impl {
       detail::bin& x = sb.bins[b];
       std::uint32_t best = x.count;  // position in x.items
       for (std::uint32_t k = 0; k < x.count; ++k) {
-        const detail::block_rec& r = f.recs[x.items[k]];
-        if (!r.sl && r.block_bytes >= size && (best == x.count || r.block_bytes < f.recs[x.items[best]].block_bytes))
+        const detail::block_rec& r = f.recs[x.items[k].rec];
+        if (!r.sl && r.block_bytes >= size &&
+            (best == x.count || r.block_bytes < f.recs[x.items[best].rec].block_bytes))
           best = k;
       }
       if (best == x.count) continue;
@@ -717,9 +718,9 @@ struct pool::impl {
         detail::bin& x = sb.bins[b];
         std::uint32_t kept = 0;
         for (std::uint32_t k = 0; k < x.count; ++k) {
-          const std::uint32_t i = x.items[k];
+          const std::uint32_t i = x.items[k].rec;
           if (f.recs[i].sl) {  // a slot (a small class's size may reach this bin): it stays
-            x.items[kept++] = i;
+            x.items[kept++] = x.items[k];
             continue;
           }
           detail::front_cache::uncount(sb, f.recs[i]);
@@ -849,7 +850,7 @@ struct pool::impl {
     {
       all_fronts_locked held(fronts);
       for (const auto& f : fronts)
-        if (const std::uint32_t* i = f->index.find(a)) cached |= f->recs[*i].state == detail::rec_cached;
+        if (const detail::rec_ref* i = f->index.find(a)) cached |= f->recs[i->rec].state == detail::rec_cached;
     }
     if (cached || arena.is_free_block_start(a) || slabs.is_free_slot(a)) {
       r.kind = misuse_kind::double_free;
@@ -951,14 +952,14 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   detail::front_cache& fc = *last.fc;
   if (fc.lock.owner_try_lock()) [[likely]] {
     if (detail::stream_bins* sb = fc.last_bins_for(s)) [[likely]] {
-      std::uint32_t i;
-      if (fc.try_pop_top(*sb, b, size, 0, i)) [[likely]] {
-        const detail::block_rec& r = fc.hand_out(i, bytes, s, default_alignment_log2);
+      detail::bin_item top;
+      if (fc.pop_top_default(*sb, b, size, top)) [[likely]] {
+        fc.hand_out(top.rec, bytes, s, default_alignment_log2);
         ++fc.hits;
         if (p.account_quietly(fc, static_cast<std::ptrdiff_t>(bytes))) [[unlikely]]
-          return p.publish_and_unlock(fc, r.addr);
+          return p.publish_and_unlock(fc, top.addr);
         fc.lock.owner_unlock_tried();
-        return reinterpret_cast<void*>(r.addr);
+        return reinterpret_cast<void*>(top.addr);
       }
     }
     fc.lock.owner_unlock_tried();
@@ -1064,19 +1065,20 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   if (tls_last.pool_id == p.fast_free_id && ptr) [[likely]] {
     detail::front_cache& fc = *tls_last.fc;
     if (fc.lock.owner_try_lock()) [[likely]] {
-      const std::uint32_t* pi = fc.index.find(reinterpret_cast<std::uintptr_t>(ptr));
+      const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+      const detail::rec_ref* pi = fc.index.find(a);
       detail::stream_bins* sb = fc.last_bins_for(s);
       if (pi && sb) [[likely]] {
-        const std::uint32_t i = *pi;
+        const std::uint32_t i = pi->rec;
         detail::block_rec& r = fc.recs[i];
-        detail::bin& x = sb->bins[r.bin];
+        detail::bin& x = sb->bins[pi->bin];  // the index's copy: no wait for the record
         // A larger alignment is checked against the block's in deallocate_general.
         if (r.state == detail::rec_live && r.bytes == bytes && within_default_alignment(alignment) &&
             x.limit) [[likely]] {
           r.state = detail::rec_cached;
           fc.live_bytes -= bytes;
           const bool publish_due = p.account_free_quietly(fc, bytes);
-          if (fc.push_into(*sb, x, r, i, p.cache_budget(fc, *sb, &r))) [[likely]] {
+          if (fc.push_into(*sb, x, r, i, a, p.cache_budget(fc, *sb, &r))) [[likely]] {
             ++fc.fast_frees;
             if (publish_due) [[unlikely]]
               return p.publish_and_unlock(fc);
@@ -1100,8 +1102,8 @@ void pool::impl::deallocate_general(void* ptr, std::size_t bytes, std::size_t al
   if (tls_last.pool_id == p.fast_free_id) [[likely]] {
     detail::front_cache& fc = *tls_last.fc;
     fc.lock.owner_lock();
-    if (const std::uint32_t* pi = fc.index.find(a)) [[likely]] {
-      const std::uint32_t i = *pi;
+    if (const detail::rec_ref* pi = fc.index.find(a)) [[likely]] {
+      const std::uint32_t i = pi->rec;
       detail::block_rec& r = fc.recs[i];
       // Live (and no record_use), with the figures it was allocated with: back into a bin.
       if (r.state == detail::rec_live && r.bytes == bytes && (alignment & (alignment - 1)) == 0 &&
@@ -1376,10 +1378,11 @@ void pool::check_invariants() const {
   for (const auto& f : p.fronts) {
     std::size_t live = 0, cached_recs = 0;
     if (f->index.size() + f->spare_recs.size() != f->recs.size()) fail("a front cache's records do not add up");
-    f->index.for_each([&](std::uintptr_t a, std::uint32_t i) {
-      if (i >= f->recs.size()) fail(fmt::format("{:#x} indexes no record", a));
-      const detail::block_rec& r = f->recs[i];
+    f->index.for_each([&](std::uintptr_t a, const detail::rec_ref& ref) {
+      if (ref.rec >= f->recs.size()) fail(fmt::format("{:#x} indexes no record", a));
+      const detail::block_rec& r = f->recs[ref.rec];
       if (r.addr != a) fail(fmt::format("{:#x} indexes the record of {:#x}", a, r.addr));
+      if (ref.bin != r.bin) fail(fmt::format("{:#x} is indexed with bin {}, its record's is {}", a, ref.bin, r.bin));
       if (!seen.insert(a).second) fail(fmt::format("{:#x} is held twice", a));
       if (r.bin != detail::bin_of(r.block_bytes)) fail(fmt::format("block {:#x} has the wrong bin", a));
       if (r.sl) {
@@ -1407,9 +1410,11 @@ void pool::check_invariants() const {
         const detail::bin& x = sb.bins[b];
         if (x.count > x.limit) fail("a bin holds more than its limit");
         for (std::uint32_t k = 0; k < x.count; ++k) {
-          const std::uint32_t i = x.items[k];
+          const std::uint32_t i = x.items[k].rec;
           if (i >= f->recs.size() || f->recs[i].state != detail::rec_cached)
             fail("a bin holds a block that is not cached");
+          if (x.items[k].addr != f->recs[i].addr)
+            fail(fmt::format("a bin holds {:#x} for block {:#x}", x.items[k].addr, f->recs[i].addr));
           if (!in_bins.insert(i).second) fail(fmt::format("{:#x} is cached twice", f->recs[i].addr));
           if (f->recs[i].bin != b) fail(fmt::format("cached block {:#x} is in the wrong bin", f->recs[i].addr));
           held[sb.budget_of(f->recs[i])] += f->recs[i].block_bytes;
@@ -1436,8 +1441,8 @@ std::vector<block_info> pool::blocks() const {
   std::unordered_set<std::uintptr_t> cached;
   all_fronts_locked held(p.fronts);
   for (const auto& f : p.fronts) {
-    f->index.for_each([&](std::uintptr_t a, std::uint32_t i) {
-      if (f->recs[i].state == detail::rec_cached && !f->recs[i].sl) cached.insert(a);
+    f->index.for_each([&](std::uintptr_t a, const detail::rec_ref& ref) {
+      if (f->recs[ref.rec].state == detail::rec_cached && !f->recs[ref.rec].sl) cached.insert(a);
     });
   }
   std::vector<block_info> out;
