@@ -27,3 +27,13 @@ class pattern_runner {
 extern volatile std::uintptr_t sink;  // keeps a pair from being proved dead
 
 }  // namespace ab
+
+// The builds under test, the first one the base every ratio is taken against: defined by
+// scripts/ab_build.sh's generated ab_variants.cpp (several revisions), or by ab_self.cpp (this tree
+// alone, the program tests/cli/ab.cmake builds and runs).
+struct ab_variant_entry {
+  const char* name;
+  std::unique_ptr<ab::pattern_runner> (*make)(const ab::pattern&);
+};
+extern const ab_variant_entry ab_variants[];
+extern const std::size_t ab_variant_count;

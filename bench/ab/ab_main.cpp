@@ -23,14 +23,6 @@
 
 volatile std::uintptr_t ab::sink;
 
-// From scripts/ab_build.sh's generated ab_variants.cpp: each build's name and entry.
-struct ab_variant_entry {
-  const char* name;
-  std::unique_ptr<ab::pattern_runner> (*make)(const ab::pattern&);
-};
-extern const ab_variant_entry ab_variants[];
-extern const std::size_t ab_variant_count;
-
 namespace {
 
 std::size_t parse_size(const std::string& s) {
@@ -54,7 +46,8 @@ double quantile(std::vector<double> v, double q) {
 
 int main(int argc, char** argv) try {
   int windows = 1001;
-  int layouts = 10;
+  int layouts = 10;  // at most the windows, unless given
+  bool layouts_given = false;
   std::size_t ops = 20000;
   bool grow_first = true;
   std::vector<ab::pattern> patterns;
@@ -66,6 +59,7 @@ int main(int argc, char** argv) try {
       ops = parse_size(argv[++i]);
     } else if (a == "--layouts" && i + 1 < argc) {
       layouts = std::max(1, std::atoi(argv[++i]));
+      layouts_given = true;
     } else if (a == "--default-policy") {
       grow_first = false;
     } else {
@@ -80,6 +74,7 @@ int main(int argc, char** argv) try {
       patterns.push_back(p);
     }
   }
+  if (!layouts_given) layouts = std::min(layouts, windows);
   if (patterns.empty() || windows < 3 || windows < layouts) {
     std::fprintf(stderr,
                  "usage: ab [--windows N>=3] [--layouts L<=N] [--ops N] [--default-policy] pair:SIZE | churn | "
