@@ -124,8 +124,8 @@ inline std::uint32_t bin_limit_for(std::size_t block_bytes, bool grow_first = fa
 // stores the address it was given. A warm alloc+free pair is one chain of dependent loads, each
 // waiting for the last, and this (with rec_ref below) takes a link out of each half. It costs 9
 // instructions a pair (16 B items need a shift to index), yet on the device hosts' Xeons a pair
-// took 0.62-0.81 of the time it took without (bench/ab, all five sizes; on the lead's Zen 5,
-// which runs the pair near its issue width, 1.02-1.05; bench/RESULTS.md, session 23).
+// took 0.62-0.84 of the time it took without (bench/ab, all five sizes, two hosts; on the lead's
+// Zen 5, which runs the pair near its issue width, 1.02-1.05; bench/RESULTS.md, session 23).
 struct bin_item {
   std::uintptr_t addr = 0;
   std::uint32_t rec = 0;
