@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_support.hpp"
@@ -171,6 +172,24 @@ TEST(GpuPool, ServesThroughBothInterfaces) {
   EXPECT_EQ(p.memory().name(), "cuda-vmm");
   gpu_pool copy = p;
   EXPECT_TRUE(copy == p);
+}
+
+// gpu_pool forwards inline through a pool pointer it keeps beside the shared state: a copy, and an
+// object moved from (a move copies), still reach the one pool, and a block goes back through any.
+TEST(GpuPool, CopiesAndMovedFromObjectsShareThePool) {
+  GPUMEM_REQUIRE_GPU();
+  gpu_pool p;
+  gpu_pool moved_to = std::move(p);
+  EXPECT_TRUE(moved_to == p);
+  EXPECT_EQ(&moved_to.pool(), &p.pool());
+  void* a = p.allocate(4096);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(moved_to.stats().live_bytes, 4096u);
+  moved_to.deallocate(a, 4096);
+  EXPECT_EQ(p.stats().live_bytes, 0u);
+  gpu_pool assigned;
+  assigned = moved_to;
+  EXPECT_TRUE(assigned == p);
 }
 
 TEST(VmmUpstream, MapsUnmapsAndRemapsPhysicalMemory) {

@@ -23,6 +23,10 @@ struct gpu_pool_options {
 class gpu_pool {
  public:
   explicit gpu_pool(gpu_pool_options opts = {});
+  // Copies share the pool. No move operations: a move copies, so an object moved from still holds
+  // the pool (pool_ could not dangle, nor state_ be null under it).
+  gpu_pool(const gpu_pool&) = default;
+  gpu_pool& operator=(const gpu_pool&) = default;
   // Same contract as gpumem::pool::allocate / deallocate. Inline, through pool_: a call made here
   // goes straight to the pool's common path, without a call of its own or the two loads through
   // state_ that came before the pool's own work (bench/RESULTS.md, session 23).
