@@ -266,27 +266,15 @@ class alignas(64) front_cache {
   // with the bin untouched.
   [[gnu::always_inline]] std::uint32_t pop_top(stream_bins& sb, std::size_t b, std::size_t size,
                                                 std::size_t alignment) noexcept {
-    bin& x = sb.bins[b];
-    // A bin not set up yet has a count of 0.
-    if (!x.count) return none;
-    const bin_item top = x.items[x.count - 1];
-    if (recs[top.rec].block_bytes != size || (top.addr & (alignment - 1)) != 0) return none;
-    --x.count;
-    uncount(sb, recs[top.rec]);
-    return top.rec;
+    bin_item top;
+    return take_top(sb, b, size, alignment - 1, top) ? top.rec : none;
   }
   // pop_top for the allocate's common path, at the default alignment, which every block meets (each
   // starts on a multiple of 256 B, slots and arena blocks alike), so the address is not looked at.
   // The block comes back whole: its address for the caller, straight from the bin.
   [[gnu::always_inline]] bool pop_top_default(stream_bins& sb, std::size_t b, std::size_t size,
                                               bin_item& out) noexcept {
-    bin& x = sb.bins[b];
-    if (!x.count) return false;
-    out = x.items[x.count - 1];
-    if (recs[out.rec].block_bytes != size) return false;
-    --x.count;
-    uncount(sb, recs[out.rec]);
-    return true;
+    return take_top(sb, b, size, 0, out);
   }
   // Pops a cached block of `size` bytes for bin `b` (and `alignment`, if over 256); none if none.
   // Newest first: warm in cache, and in a small class every block fits.
@@ -388,6 +376,19 @@ class alignas(64) front_cache {
   }
 
  private:
+  // Both pops: the newest block of bin `b` into `out` and out of the bin if it is `size` bytes with
+  // no address bit of `low_bits` set (0, a constant once inlined, tests no address); else false.
+  [[gnu::always_inline]] bool take_top(stream_bins& sb, std::size_t b, std::size_t size, std::uintptr_t low_bits,
+                                       bin_item& out) noexcept {
+    bin& x = sb.bins[b];
+    // A bin not set up yet has a count of 0.
+    if (!x.count) return false;
+    out = x.items[x.count - 1];
+    if (recs[out.rec].block_bytes != size || (out.addr & low_bits) != 0) return false;
+    --x.count;
+    uncount(sb, recs[out.rec]);
+    return true;
+  }
   // A few blocks below the top: a large class's blocks differ in size.
   [[gnu::noinline]] std::uint32_t probe(stream_bins& sb, bin& x, std::size_t size, std::size_t alignment) {
     const std::uint32_t stop = x.count > 4 ? x.count - 4 : 0;
