@@ -29,7 +29,8 @@ for ref in "$@"; do
     -x c++ -c "$root/bench/ab/ab_variant.inc" -o "$out/variant$k.o"
   objs+=("$out/variant$k.o") libs+=("$out/build$k/libgpumem.a")
   decls+="std::unique_ptr<ab::pattern_runner> ab_make_v$k(const ab::pattern&);"$'\n'
-  table+="  {\"$ref\", ab_make_v$k},"$'\n'
+  decls+="std::size_t ab_make_v${k}_parse_bytes(std::string_view);"$'\n'
+  table+="  {\"$ref\", ab_make_v$k, ab_make_v${k}_parse_bytes},"$'\n'
   k=$((k + 1))
 done
 cat > "$out/ab_variants.cpp" <<CPP

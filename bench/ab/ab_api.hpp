@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace ab {
 
@@ -34,6 +35,9 @@ extern volatile std::uintptr_t sink;  // keeps a pair from being proved dead
 struct ab_variant_entry {
   const char* name;
   std::unique_ptr<ab::pattern_runner> (*make)(const ab::pattern&);
+  // The build's gpumem::parse_byte_size ("512", "64K", "16M"; throws naming what is wrong): the
+  // command line's sizes are read with the first build's.
+  std::size_t (*parse_bytes)(std::string_view);
 };
 extern const ab_variant_entry ab_variants[];
 extern const std::size_t ab_variant_count;

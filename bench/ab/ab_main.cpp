@@ -25,18 +25,6 @@ volatile std::uintptr_t ab::sink;
 
 namespace {
 
-std::size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  switch (end && *end ? *end : ' ') {
-    case 'K': v *= 1024; break;
-    case 'M': v *= 1024 * 1024; break;
-    case 'G': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<std::size_t>(v);
-}
-
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
@@ -56,7 +44,7 @@ int main(int argc, char** argv) try {
     if (a == "--windows" && i + 1 < argc) {
       windows = std::atoi(argv[++i]);
     } else if (a == "--ops" && i + 1 < argc) {
-      ops = parse_size(argv[++i]);
+      ops = ab_variants[0].parse_bytes(argv[++i]);
     } else if (a == "--layouts" && i + 1 < argc) {
       layouts = std::max(1, std::atoi(argv[++i]));
       layouts_given = true;
@@ -68,7 +56,7 @@ int main(int argc, char** argv) try {
       p.kind = a.substr(0, colon);
       const std::string arg = colon == std::string::npos ? "" : a.substr(colon + 1);
       if (p.kind == "pair")
-        p.size = parse_size(arg.empty() ? "512" : arg);
+        p.size = ab_variants[0].parse_bytes(arg.empty() ? "512" : arg);
       else
         p.trace = arg;
       patterns.push_back(p);

@@ -4,6 +4,7 @@
 #include "ab_api.hpp"
 
 std::unique_ptr<ab::pattern_runner> ab_make_self(const ab::pattern& p);
+std::size_t ab_make_self_parse_bytes(std::string_view text);
 
-extern const ab_variant_entry ab_variants[] = {{"this tree", ab_make_self}};
+extern const ab_variant_entry ab_variants[] = {{"this tree", ab_make_self, ab_make_self_parse_bytes}};
 extern const std::size_t ab_variant_count = 1;

@@ -24,3 +24,5 @@ add_test(NAME cli_ab_missing_trace_says_why COMMAND gpumem_ab --windows 3 replay
 set_tests_properties(cli_ab_missing_trace_says_why PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "ab: .*no/such\\.csv")
 add_test(NAME cli_ab_too_few_windows_fails COMMAND gpumem_ab --windows 2 pair:512)
 set_tests_properties(cli_ab_too_few_windows_fails PROPERTIES LABELS cpu WILL_FAIL TRUE)
+add_test(NAME cli_ab_bad_size_says_why COMMAND gpumem_ab --windows 3 pair:abc)
+set_tests_properties(cli_ab_bad_size_says_why PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "ab: 'abc' is not a byte size")
