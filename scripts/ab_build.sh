@@ -43,6 +43,8 @@ $table};
 extern const std::size_t ab_variant_count = $k;
 CPP
 g++ "${flags[@]}" -I"$root/bench/ab" -c "$out/ab_variants.cpp" -o "$out/ab_variants.o"
-g++ "${flags[@]}" -I"$root/bench/ab" -c "$root/bench/ab/ab_main.cpp" -o "$out/ab_main.o"
-g++ -static-libstdc++ -static-libgcc "$out/ab_main.o" "$out/ab_variants.o" "${objs[@]}" "${libs[@]}" -lz -pthread -o "$out/ab"
+g++ "${flags[@]}" -I"$root/bench/ab" -I"$root/src" -c "$root/bench/ab/ab_main.cpp" -o "$out/ab_main.o"
+# The counts on ab's command line are read by the CLI's parser (this tree's).
+g++ "${flags[@]}" -I"$root/src" -c "$root/src/tools/count_arg.cpp" -o "$out/count_arg.o"
+g++ -static-libstdc++ -static-libgcc "$out/ab_main.o" "$out/count_arg.o" "$out/ab_variants.o" "${objs[@]}" "${libs[@]}" -lz -pthread -o "$out/ab"
 echo "$out/ab: ${*}"

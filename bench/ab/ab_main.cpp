@@ -11,15 +11,18 @@
 // Figures are ns per operation (an alloc or a free: half a pair). --ops: a window's operations
 // (a replay's window is one warm pass whatever it says).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ab_api.hpp"
+#include "tools/count_arg.hpp"
 
 volatile std::uintptr_t ab::sink;
 
@@ -28,6 +31,16 @@ namespace {
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// A count on the command line (`--windows`, `--layouts`): a whole number from 1 up, read by the
+// CLI's own parser, so "abc" or "0" is refused with the reason instead of read as some default.
+int count_arg(const char* option, const std::string& text) {
+  const std::uint64_t n = gpumem::tools::parse_count(text);
+  if (n < 1 || n > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
+    throw std::invalid_argument(std::string(option) + " " + text + ": must be from 1 to " +
+                                std::to_string(std::numeric_limits<int>::max()));
+  return static_cast<int>(n);
 }
 
 }  // namespace
@@ -42,11 +55,11 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--windows" && i + 1 < argc) {
-      windows = std::atoi(argv[++i]);
+      windows = count_arg("--windows", argv[++i]);
     } else if (a == "--ops" && i + 1 < argc) {
       ops = ab_variants[0].parse_bytes(argv[++i]);
     } else if (a == "--layouts" && i + 1 < argc) {
-      layouts = std::max(1, std::atoi(argv[++i]));
+      layouts = count_arg("--layouts", argv[++i]);
       layouts_given = true;
     } else if (a == "--default-policy") {
       grow_first = false;

@@ -2,10 +2,11 @@
 # from git revisions), built here on this tree alone so its sources keep compiling, and run once on
 # each pattern: the figures are not checked (timing is for benchmarks), the output's shape and the
 # refusals of bad input are.
+# The counts on its command line are read by the CLI's parser (src/tools/count_arg.cpp).
 add_executable(gpumem_ab ${PROJECT_SOURCE_DIR}/bench/ab/ab_main.cpp ${PROJECT_SOURCE_DIR}/bench/ab/ab_self.cpp
-               ${PROJECT_SOURCE_DIR}/bench/ab/ab_self_variant.cpp)
-target_link_libraries(gpumem_ab PRIVATE gpumem)
-target_include_directories(gpumem_ab PRIVATE ${PROJECT_SOURCE_DIR}/bench/ab)
+               ${PROJECT_SOURCE_DIR}/bench/ab/ab_self_variant.cpp ${PROJECT_SOURCE_DIR}/src/tools/count_arg.cpp)
+target_link_libraries(gpumem_ab PRIVATE gpumem fmt::fmt-header-only)
+target_include_directories(gpumem_ab PRIVATE ${PROJECT_SOURCE_DIR}/bench/ab ${PROJECT_SOURCE_DIR}/src)
 gpumem_warnings(gpumem_ab)
 
 set(_ab_trace ${PROJECT_SOURCE_DIR}/examples/small_training.csv)
@@ -24,5 +25,15 @@ add_test(NAME cli_ab_missing_trace_says_why COMMAND gpumem_ab --windows 3 replay
 set_tests_properties(cli_ab_missing_trace_says_why PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "ab: .*no/such\\.csv")
 add_test(NAME cli_ab_too_few_windows_fails COMMAND gpumem_ab --windows 2 pair:512)
 set_tests_properties(cli_ab_too_few_windows_fails PROPERTIES LABELS cpu WILL_FAIL TRUE)
+# Counts: a bad one is refused with the reason, not read as a default (--layouts abc was 1).
+add_test(NAME cli_ab_bad_layouts_says_why COMMAND gpumem_ab --windows 3 --layouts abc pair:512)
+set_tests_properties(cli_ab_bad_layouts_says_why PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "ab: 'abc' is not a count \\(not a number\\)")
+add_test(NAME cli_ab_zero_layouts_fails COMMAND gpumem_ab --windows 3 --layouts 0 pair:512)
+set_tests_properties(cli_ab_zero_layouts_fails PROPERTIES LABELS cpu WILL_FAIL TRUE)
+add_test(NAME cli_ab_zero_layouts_says_why COMMAND gpumem_ab --windows 3 --layouts 0 pair:512)
+set_tests_properties(cli_ab_zero_layouts_says_why PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "ab: --layouts 0: must be from 1")
+add_test(NAME cli_ab_bad_windows_says_why COMMAND gpumem_ab --windows 1.5 pair:512)
+set_tests_properties(cli_ab_bad_windows_says_why PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "ab: '1.5' is not a count \\(not whole\\)")
 add_test(NAME cli_ab_bad_size_says_why COMMAND gpumem_ab --windows 3 pair:abc)
 set_tests_properties(cli_ab_bad_size_says_why PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "ab: 'abc' is not a byte size")
