@@ -55,6 +55,11 @@ struct replay_options {
   std::size_t integrity_alignment = 0;  // 0: what the target promises (replay_target::alignment)
   // Called now and then with rows done; for progress bars.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+  // A soak's: called right after each pass, outside the clock, on the replaying thread; its figure
+  // is logged with the pass (soak_pass::host_probe_ns). The CLI's (`--host-probe`) times a fixed
+  // piece of work, so a slow pass can be told from a host that ran slow just then (the device
+  // hosts change speed within milliseconds: bench/RESULTS.md, sessions 22 and 24).
+  std::function<double()> host_probe;
 };
 
 struct timeline_point {
@@ -80,6 +85,7 @@ struct soak_pass {
   double seconds = 0.0;
   // Of granules_moved, those the driver really mapped or unmapped (kept mappings: pool_stats).
   std::uint64_t driver_granules = 0;
+  double host_probe_ns = 0.0;  // replay_options::host_probe's figure right after this pass (0: none)
 };
 
 struct replay_result {

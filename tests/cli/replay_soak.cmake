@@ -49,3 +49,17 @@ add_test(NAME cli_replay_without_settle_the_example_grows
           --passes 3 --json)
 set_tests_properties(cli_replay_without_settle_the_example_grows PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\"soak_growth\":0\\.0*[1-9]")
+
+# `gpumem replay --host-probe`: every pass's entry carries the host's figure taken after it, and the
+# table shows each pass's ns/op beside it; without the flag no entry has one.
+add_test(NAME cli_replay_host_probe_json
+  COMMAND $<TARGET_FILE:gpumem_cli> replay ${_soak_trace} --passes 3 --host-probe --json)
+set_tests_properties(cli_replay_host_probe_json PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "\"host_probe_ns\":[0-9.e+-]+,[^]]*\"pass\":1,.*\"host_probe_ns\":[0-9.e+-]+,[^]]*\"pass\":2,.*\"host_probe_ns\":[0-9.e+-]+,[^]]*\"pass\":3,")
+add_test(NAME cli_replay_host_probe_table
+  COMMAND $<TARGET_FILE:gpumem_cli> replay ${_soak_trace} --passes 3 --host-probe)
+set_tests_properties(cli_replay_host_probe_table PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "by pass, ns/op / host ns per simulated 512 B pair: [0-9.]+/[0-9.]+ [0-9.]+/[0-9.]+ [0-9.]+/[0-9.]+\n")
+add_test(NAME cli_replay_without_host_probe_logs_none
+  COMMAND $<TARGET_FILE:gpumem_cli> replay ${_soak_trace} --passes 3 --json)
+set_tests_properties(cli_replay_without_host_probe_logs_none PROPERTIES LABELS cpu FAIL_REGULAR_EXPRESSION "host_probe_ns")
