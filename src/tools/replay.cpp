@@ -175,8 +175,9 @@ int run(const replay_args& a) {
   base.settle_between_passes = a.settle;
   // One probe for the whole run, set up here (outside every pass), timing ~5,000 pairs (~0.1 ms)
   // after each pass: short next to a host's slow phase of ~10 ms. Its pool then holds the thread's
-  // last-pool slot, so the replayed pool's next call — freeing what the pass left live, outside the
-  // clock — finds its front cache again by a search of the thread's short list.
+  // last-pool slot, so the replayed pool's next call (a free of what the pass left live, outside
+  // the clock, or else the next pass's first request) finds its front cache by a search of the
+  // thread's short list of pools.
   std::shared_ptr<host_probe> probe;
   if (a.host_probe) {
     probe = std::make_shared<host_probe>();
