@@ -4,9 +4,10 @@
 #   e.g.  scripts/ab_build.sh /tmp/ab HEAD WORK && /tmp/ab/ab pair:512 pair:16M churn \
 #           replay:../shared/traces/bert_infer_varlen.csv.gz
 # REFs from 908165d (session 21) on: each build must have gpumem::parse_byte_size, with which the
-# command line's sizes are read. The first REF is the base every ratio is taken against. Each build is the library alone (no CUDA,
-# no tests), compiled with -Dgpumem=gpumem_vN so the builds' symbols do not meet. The binary links
-# libstdc++ statically, so it runs on the device hosts as it is (it needs no GPU).
+# command line's sizes are read. The first REF is the base every ratio is taken against. Each build
+# is the library alone (no CUDA, no tests), compiled with -Dgpumem=gpumem_vN so the builds' symbols
+# do not meet. The binary links libstdc++ statically, so it runs on the device hosts as it is (it
+# needs no GPU).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [[ $# -ge 2 ]] || { echo "usage: $0 OUTDIR REF [REF...]" >&2; exit 2; }
