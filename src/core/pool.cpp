@@ -56,9 +56,18 @@ struct tls_registry {
   tls_registry& operator=(const tls_registry&) = delete;
   ~tls_registry();
 };
-// Default TLS model on purpose: an executable's linker relaxes it to the cheap local-exec form, and
-// a library loaded with dlopen (the PyTorch plug-in) needs the general one — initial-exec there
-// failed on the H200 machine with "cannot allocate memory in static TLS block".
+// tls_last is read by every allocate and free. Its TLS model is the build's choice (CMakeLists.txt):
+// - GPUMEM_TLS_INITIAL_EXEC (the gpumem library, for executables and the libraries they load at
+//   start): initial-exec, a load from the thread pointer. The general model's access is a call to
+//   __tls_get_addr as the compiler sees it — the linker relaxes it in an executable, but only after
+//   the registers were allocated around a call — so the common allocate and free kept their
+//   arguments in saved registers: ~8 more instructions a pair, and the pushes and pops of the rest.
+// - without it (gpumem_dlopen, built for the PyTorch plug-in): the general model. A library loaded
+//   with dlopen must not take static TLS: initial-exec there failed on the H200 machine with
+//   "cannot allocate memory in static TLS block".
+#if defined(GPUMEM_TLS_INITIAL_EXEC)
+[[gnu::tls_model("initial-exec")]]
+#endif
 thread_local tls_front tls_last{0, nullptr, nullptr};
 thread_local tls_registry tls_fronts;
 
@@ -616,6 +625,8 @@ struct pool::impl {
   // `publish_due`: what account_quietly said of this free (publish(fc) not yet called).
   [[gnu::noinline]] void free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, stream_ref s,
                                       bool publish_due = false) noexcept;
+  [[gnu::noinline]] void free_past_floor(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i,
+                                         stream_ref s, bool publish_due) noexcept;
 
   // Under m: gives back what caches hold that the arena could reuse, cheapest first, trying
   // `attempt` without growing after each step — empty slabs (no front cache touched), then the
@@ -964,7 +975,9 @@ void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
     }
     fc.lock.owner_unlock_tried();
   }
-  return p.allocate_general(bytes, alignment, s);
+  // default_alignment, not `alignment`: the general path rounds any smaller one up to it, and a
+  // value not kept to here is one register fewer to save and restore on every call.
+  return p.allocate_general(bytes, default_alignment, s);
 }
 
 // Every allocation the common path above did not serve: the calling thread's front cache, under
@@ -1062,23 +1075,30 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
 // starts over in deallocate_general.
 void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
   impl& p = *impl_;
-  if (tls_last.pool_id == p.fast_free_id && ptr) [[likely]] {
-    detail::front_cache& fc = *tls_last.fc;
-    if (fc.lock.owner_try_lock()) [[likely]] {
-      const auto a = reinterpret_cast<std::uintptr_t>(ptr);
-      const detail::rec_ref* pi = fc.index.find(a);
-      detail::stream_bins* sb = fc.last_bins_for(s);
-      if (pi && sb) [[likely]] {
-        const std::uint32_t i = pi->rec;
-        detail::block_rec& r = fc.recs[i];
-        detail::bin& x = sb->bins[pi->bin];  // the index's copy: no wait for the record
-        // A larger alignment is checked against the block's in deallocate_general.
-        if (r.state == detail::rec_live && r.bytes == bytes && within_default_alignment(alignment) &&
-            x.limit) [[likely]] {
-          r.state = detail::rec_cached;
-          fc.live_bytes -= bytes;
-          const bool publish_due = p.account_free_quietly(fc, bytes);
-          if (fc.push_into(*sb, x, r, i, a, p.cache_budget(fc, *sb, &r))) [[likely]] {
+  // A larger alignment is checked against the block's in deallocate_general. Past this test the
+  // general path is told default_alignment, which it treats as it would `alignment` (no block is
+  // aligned to less), so `alignment` need not be kept: one register fewer to save (see allocate).
+  if (tls_last.pool_id != p.fast_free_id || !ptr || !within_default_alignment(alignment)) [[unlikely]]
+    return p.deallocate_general(ptr, bytes, alignment, s);
+  detail::front_cache& fc = *tls_last.fc;
+  if (fc.lock.owner_try_lock()) [[likely]] {
+    const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+    const detail::rec_ref* pi = fc.index.find(a);
+    detail::stream_bins* sb = fc.last_bins_for(s);
+    if (pi && sb) [[likely]] {
+      const std::uint32_t i = pi->rec;
+      detail::block_rec& r = fc.recs[i];
+      detail::bin& x = sb->bins[pi->bin];  // the index's copy: no wait for the record
+      if (r.state == detail::rec_live && r.bytes == bytes && x.limit) [[likely]] {
+        r.state = detail::rec_cached;
+        fc.live_bytes -= bytes;
+        const bool publish_due = p.account_free_quietly(fc, bytes);
+        // Below front_cache_bytes of its kind every block is welcome (cache_budget): only the
+        // bin's room is asked here. Past it the budget, a computation in floating point, is
+        // worked out in free_past_floor, out of line, so this path keeps few enough values to
+        // need no saved registers.
+        if (sb->held[sb->budget_of(r)] < p.opts.front_cache_bytes) [[likely]] {
+          if (fc.push_into(*sb, x, r, i, a, p.opts.front_cache_bytes)) [[likely]] {
             ++fc.fast_frees;
             if (publish_due) [[unlikely]]
               return p.publish_and_unlock(fc);
@@ -1086,11 +1106,26 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
           }
           return p.free_refused(fc, *sb, i, s, publish_due);
         }
+        return p.free_past_floor(fc, *sb, i, s, publish_due);
       }
-      fc.lock.owner_unlock_tried();
     }
+    fc.lock.owner_unlock_tried();
   }
-  p.deallocate_general(ptr, bytes, alignment, s);
+  p.deallocate_general(ptr, bytes, default_alignment, s);
+}
+
+// The common free's end for a block whose kind holds front_cache_bytes or more in its stream's
+// bins: the budget worked out (cache_budget), then into the bin, or refused.
+void pool::impl::free_past_floor(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, stream_ref s,
+                                 bool publish_due) noexcept {
+  detail::block_rec& r = fc.recs[i];
+  if (fc.push(sb, r, i, cache_budget(fc, sb, &r))) [[likely]] {
+    ++fc.fast_frees;
+    if (publish_due) [[unlikely]]
+      return publish_and_unlock(fc);
+    return fc.lock.owner_unlock_tried();
+  }
+  free_refused(fc, sb, i, s, publish_due);
 }
 
 // Every free the common path above did not take: its checks again, with the front cache's lock

@@ -1,0 +1,26 @@
+# cmake -DOBJDUMP=... -DLIB=libX.a -DEXPECT=initial-exec|general -P check_tls_model.cmake
+# Fails unless every relocation of pool.cpp's tls_last in LIB is of the model EXPECT names:
+# initial-exec (R_X86_64_GOTTPOFF) for gpumem, general (R_X86_64_TLSGD) for gpumem_dlopen, whose
+# code goes into libraries opened with dlopen and must take no static TLS (CMakeLists.txt).
+execute_process(COMMAND ${OBJDUMP} -r ${LIB} OUTPUT_VARIABLE dump RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${OBJDUMP} -r ${LIB} failed (${rc})")
+endif()
+string(REGEX MATCHALL "R_X86_64_[A-Z0-9_]+ +[^\n]*tls_last" relocations "${dump}")
+list(LENGTH relocations count)
+if(count EQUAL 0)
+  message(FATAL_ERROR "${LIB}: no relocation of tls_last found (is pool.cpp in it?)")
+endif()
+if(EXPECT STREQUAL "initial-exec")
+  set(wanted R_X86_64_GOTTPOFF)
+elseif(EXPECT STREQUAL "general")
+  set(wanted R_X86_64_TLSGD)
+else()
+  message(FATAL_ERROR "EXPECT must be initial-exec or general, not '${EXPECT}'")
+endif()
+foreach(r ${relocations})
+  if(NOT r MATCHES "^${wanted} ")
+    message(FATAL_ERROR "${LIB}: tls_last is reached by '${r}', not by ${wanted} (${EXPECT})")
+  endif()
+endforeach()
+message(STATUS "${LIB}: ${count} relocations of tls_last, all ${wanted}")
