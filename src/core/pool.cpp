@@ -412,7 +412,7 @@ struct pool::impl {
   // integers: one instruction, where an unsigned conversion branches on the top bit. Exact as far
   // as a double holds the count, the same as the unsigned conversion.
   static double as_double(std::size_t bytes) noexcept { return static_cast<double>(static_cast<std::int64_t>(bytes)); }
-  // Inlined: the free's common path calls nothing but in tail position (pool::deallocate).
+  // Inlined: a few instructions, worked out on every free past the floor (free_past_floor).
   [[gnu::always_inline]] std::size_t grown_budget(const detail::front_cache& fc, const detail::block_rec* r) const {
     const std::size_t fixed = opts.front_cache_bytes;
     // Growing first, a share of live now (what it keeps adds to reserved); by default, of the
@@ -625,6 +625,7 @@ struct pool::impl {
   // `publish_due`: what account_quietly said of this free (publish(fc) not yet called).
   [[gnu::noinline]] void free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, stream_ref s,
                                       bool publish_due = false) noexcept;
+  // The common free's end once the block's kind holds front_cache_bytes in `sb` (pool::deallocate).
   [[gnu::noinline]] void free_past_floor(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i,
                                          stream_ref s, bool publish_due) noexcept;
 
@@ -1095,8 +1096,8 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
         const bool publish_due = p.account_free_quietly(fc, bytes);
         // Below front_cache_bytes of its kind every block is welcome (cache_budget): only the
         // bin's room is asked here. Past it the budget, a computation in floating point, is
-        // worked out in free_past_floor, out of line, so this path keeps few enough values to
-        // need no saved registers.
+        // worked out in free_past_floor, out of line: inlined here, its values took two more
+        // saved registers on every free.
         if (sb->held[sb->budget_of(r)] < p.opts.front_cache_bytes) [[likely]] {
           if (fc.push_into(*sb, x, r, i, a, p.opts.front_cache_bytes)) [[likely]] {
             ++fc.fast_frees;
