@@ -625,6 +625,14 @@ struct pool::impl {
   // `publish_due`: what account_quietly said of this free (publish(fc) not yet called).
   [[gnu::noinline]] void free_refused(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, stream_ref s,
                                       bool publish_due = false) noexcept;
+  // The common free's end once its block is in a bin (pool::deallocate, free_past_floor): counted,
+  // published if due, the front cache's lock (taken by owner_try_lock) released.
+  [[gnu::always_inline]] void cached_free_done(detail::front_cache& fc, bool publish_due) {
+    ++fc.fast_frees;
+    if (publish_due) [[unlikely]]
+      return publish_and_unlock(fc);
+    fc.lock.owner_unlock_tried();
+  }
   // The common free's end once the block's kind holds front_cache_bytes in `sb` (pool::deallocate).
   [[gnu::noinline]] void free_past_floor(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i,
                                          stream_ref s, bool publish_due) noexcept;
@@ -1099,12 +1107,8 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
         // worked out in free_past_floor, out of line: inlined here, its values took two more
         // saved registers on every free.
         if (sb->held[sb->budget_of(r)] < p.opts.front_cache_bytes) [[likely]] {
-          if (fc.push_into(*sb, x, r, i, a, p.opts.front_cache_bytes)) [[likely]] {
-            ++fc.fast_frees;
-            if (publish_due) [[unlikely]]
-              return p.publish_and_unlock(fc);
-            return fc.lock.owner_unlock_tried();
-          }
+          if (fc.push_into(*sb, x, r, i, a, p.opts.front_cache_bytes)) [[likely]]
+            return p.cached_free_done(fc, publish_due);
           return p.free_refused(fc, *sb, i, s, publish_due);
         }
         return p.free_past_floor(fc, *sb, i, s, publish_due);
@@ -1120,12 +1124,8 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
 void pool::impl::free_past_floor(detail::front_cache& fc, detail::stream_bins& sb, std::uint32_t i, stream_ref s,
                                  bool publish_due) noexcept {
   detail::block_rec& r = fc.recs[i];
-  if (fc.push(sb, r, i, cache_budget(fc, sb, &r))) [[likely]] {
-    ++fc.fast_frees;
-    if (publish_due) [[unlikely]]
-      return publish_and_unlock(fc);
-    return fc.lock.owner_unlock_tried();
-  }
+  if (fc.push(sb, r, i, cache_budget(fc, sb, &r))) [[likely]]
+    return cached_free_done(fc, publish_due);
   free_refused(fc, sb, i, s, publish_due);
 }
 
