@@ -37,7 +37,7 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   kept_.assign(granules, physical_handle{0});
   remap_refilled_at_ = now_ns();
   // The whole range starts as one unmapped ready block: one run.
-  auto it = blocks_.emplace(range_base_, block{range_bytes_, 0, state::ready, false, 0, 0, {}}).first;
+  auto it = emplace_block(range_base_, block{range_bytes_, 0, state::ready, false, 0, 0, {}});
   index_insert(it);
   run_add(range_base_, range_bytes_);
 }
@@ -132,7 +132,7 @@ arena::block_map::iterator arena::coalesce(block_map::iterator it) {
       index_erase(prev);
       prev->second.size += it->second.size;
       prev->second.seq = std::max(prev->second.seq, it->second.seq);
-      blocks_.erase(it);
+      erase_block(it);
       it = prev;
     }
   }
@@ -141,7 +141,7 @@ arena::block_map::iterator arena::coalesce(block_map::iterator it) {
     index_erase(next);
     it->second.size += next->second.size;
     it->second.seq = std::max(it->second.seq, next->second.seq);
-    blocks_.erase(next);
+    erase_block(next);
   }
   return it;
 }
@@ -150,15 +150,15 @@ void arena::make_free(block_map::iterator it) { index_insert(coalesce(it)); }
 
 arena::block_map::iterator arena::find_fit(free_index& idx, std::size_t size, std::size_t alignment) {
   auto c = idx.lower_bound({size, 0});
-  if (alignment <= unit) return c == idx.end() ? blocks_.end() : blocks_.find(c->second);
+  if (alignment <= unit) return c == idx.end() ? blocks_.end() : find_block(c->second);
   // Best fit that can also place an aligned start: look at a few candidates in size order, then
   // fall back to one big enough for any placement.
   for (int tries = 0; c != idx.end() && tries < 32; ++c, ++tries) {
     std::size_t pad = align_up(c->second, alignment) - c->second;
-    if (c->first >= size + pad) return blocks_.find(c->second);
+    if (c->first >= size + pad) return find_block(c->second);
   }
   c = idx.lower_bound({size + alignment - unit, 0});
-  return c == idx.end() ? blocks_.end() : blocks_.find(c->second);
+  return c == idx.end() ? blocks_.end() : find_block(c->second);
 }
 
 bool arena::grow_segment(std::size_t size, std::string* why) {
@@ -192,7 +192,7 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   auto base = reinterpret_cast<std::uintptr_t>(p);
   segments_.push_back({base, seg, true});
   segment_bytes_ += seg;
-  auto it = blocks_.emplace(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, true, 0, 0, {}}).first;
+  auto it = emplace_block(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, true, 0, 0, {}});
   index_insert(it);
   return true;
 }
@@ -300,7 +300,7 @@ bool arena::foreign_owned(stream_ref s) const {
 
 arena::block_map::iterator arena::split(block_map::iterator b, std::uintptr_t at) {
   const block& x = b->second;
-  auto right = blocks_.emplace(at, block{b->first + x.size - at, x.segment, x.st, x.mapped, x.stream, x.seq, {}}).first;
+  auto right = emplace_block(at, block{b->first + x.size - at, x.segment, x.st, x.mapped, x.stream, x.seq, {}});
   b->second.size = at - b->first;
   return right;
 }
@@ -336,7 +336,7 @@ std::uintptr_t arena::carve_window(std::uintptr_t start, std::size_t size, strea
     if (it->first + it->second.size > end) index_insert(split(it, end));
     if (it->second.st == state::ready) add_busy(it->first, it->second.size, true);
     const std::uintptr_t next_at = it->first + it->second.size;
-    it = it == first ? std::next(it) : blocks_.erase(it);
+    it = it == first ? std::next(it) : erase_block(it);
     if (next_at >= end) break;
     index_erase(it);
   }
@@ -401,10 +401,10 @@ std::uintptr_t arena::carve(block_map::iterator it, std::uintptr_t start, std::s
     std::size_t rest = it->second.size - pad;
     it->second.size = pad;
     index_insert(it);
-    it = blocks_.emplace(start, block{rest, segment, was, mapped, owner, seq, {}}).first;
+    it = emplace_block(start, block{rest, segment, was, mapped, owner, seq, {}});
   }
   if (it->second.size > size) {
-    auto tail = blocks_.emplace(start + size, block{it->second.size - size, segment, was, mapped, owner, seq, {}}).first;
+    auto tail = emplace_block(start + size, block{it->second.size - size, segment, was, mapped, owner, seq, {}});
     index_insert(tail);
     it->second.size = size;
   }
@@ -493,7 +493,7 @@ bool arena::place(std::size_t size, std::size_t alignment, stream_ref s, std::si
       if (run_start >= zone_hi_) continue;  // the slab zone's runs (arena_options::slab_zone)
     }
     // Only the request's half (arena_options::slab_zone).
-    auto first = run_start < zone_lo_ ? block_at(run_start = zone_lo_) : blocks_.find(run_start);
+    auto first = run_start < zone_lo_ ? block_at(run_start = zone_lo_) : find_block(run_start);
     if (hi > zone_hi_) hi = zone_hi_;
     if (hi <= run_start) continue;  // (the slab half's runs all reach past zone_lo_)
     bool fits = false;
@@ -545,10 +545,10 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
   if (it->first < a) {
     it->second.size = a - it->first;
     index_insert(it);
-    it = blocks_.emplace(a, block{end - a, it->second.segment, state::ready, !mapped, 0, 0, {}}).first;
+    it = emplace_block(a, block{end - a, it->second.segment, state::ready, !mapped, 0, 0, {}});
   }
   if (end > e) {
-    auto tail = blocks_.emplace(e, block{end - e, it->second.segment, state::ready, !mapped, 0, 0, {}}).first;
+    auto tail = emplace_block(e, block{end - e, it->second.segment, state::ready, !mapped, 0, 0, {}});
     index_insert(tail);
     it->second.size = e - a;
   }
@@ -898,16 +898,16 @@ void arena::retire(std::size_t g0, std::size_t g1, stream_ref s) {
   const std::uintptr_t a = granule_addr(g0), e = granule_addr(g1);
   cut_at(a);
   cut_at(e);
-  auto it = blocks_.find(a);
+  auto it = find_block(a);
   const std::uint32_t segment = it->second.segment;
   std::uint64_t seq = 0;
   while (it != blocks_.end() && it->first < e) {
     index_erase(it);
     if (it->second.st == state::ready) add_busy(it->first, it->second.size, true);  // no one may take it now
     else seq = std::max(seq, it->second.seq);
-    it = blocks_.erase(it);
+    it = erase_block(it);
   }
-  blocks_.emplace(a, block{e - a, segment, state::retiring, true, s, seq, {}});
+  emplace_block(a, block{e - a, segment, state::retiring, true, s, seq, {}});
   run_remove(a, e - a);
   retiring_.push_back(a);
   retiring_granules_ += g1 - g0;
@@ -960,7 +960,7 @@ void arena::keep_unmapped(const piece& p) {
   // A request that gathered a handle from a retiring place and then failed (a first attempt that
   // may not grow fails often) puts it back: the place was only marked, no driver call was made,
   // so it is its stream's free memory again. (A spare instead if a wait meanwhile unmapped it.)
-  auto it = p.alias ? blocks_.find(p.from) : blocks_.end();
+  auto it = p.alias ? find_block(p.from) : blocks_.end();
   if (it == blocks_.end() || it->second.st != state::retiring || granule_handle_[granule_of(p.from)] != p.h)
     return add_spare(p);
   retiring_.erase(std::find(retiring_.begin(), retiring_.end(), p.from));
@@ -1183,7 +1183,7 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_g
     std::uintptr_t pa = granule_addr(runs[i].g0);
     for (std::size_t k = runs[i].first_piece; k < end; pa += got[k].granules * granule_, ++k) {
       const piece& p = got[k];
-      auto old = p.alias ? blocks_.find(p.from) : blocks_.end();
+      auto old = p.alias ? find_block(p.from) : blocks_.end();
       if (old == blocks_.end() || old->second.st != state::retiring || old->second.seq == 0) continue;
       const std::uintptr_t pe = pa + p.granules * granule_;
       if (pa < req_lo) hold_for(pa, std::min(pe, req_lo), s, old->second.seq);
@@ -1198,7 +1198,7 @@ bool arena::map_window(std::uintptr_t a, std::size_t n, stream_ref s, bool may_g
 void arena::hold_for(std::uintptr_t x, std::uintptr_t y, stream_ref s, std::uint64_t seq) {
   cut_at(x);
   cut_at(y);
-  for (auto it = blocks_.find(x); it != blocks_.end() && it->first < y;) {
+  for (auto it = find_block(x); it != blocks_.end() && it->first < y;) {
     index_erase(it);
     block& b = it->second;
     if (b.st == state::ready) {
@@ -1216,7 +1216,7 @@ void arena::hold_for(std::uintptr_t x, std::uintptr_t y, stream_ref s, std::uint
 }
 
 bool arena::deallocate(std::uintptr_t addr, stream_ref s, const std::vector<stream_ref>& also_on) {
-  auto it = blocks_.find(addr);
+  auto it = find_block(addr);
   if (it == blocks_.end() || it->second.st != state::live) return false;
   allocated_ -= it->second.size;
   if (!also_on.empty()) {
@@ -1241,12 +1241,12 @@ bool arena::deallocate(std::uintptr_t addr, stream_ref s, const std::vector<stre
 }
 
 std::size_t arena::live_size(std::uintptr_t addr) const {
-  auto it = blocks_.find(addr);
+  auto it = find_block(addr);
   return it == blocks_.end() || it->second.st != state::live ? 0 : it->second.size;
 }
 
 bool arena::is_free_block_start(std::uintptr_t addr) const {
-  auto it = blocks_.find(addr);
+  auto it = find_block(addr);
   return it != blocks_.end() && it->second.st != state::live;
 }
 
@@ -1254,7 +1254,7 @@ void arena::promote() {
   // Retiring places first: a handle's new place can turn ready only after its stream ran past the
   // frees at the old one (same stream, later free), so by then the old place is unmapped.
   for (std::size_t i = 0; i < retiring_.size();) {
-    auto it = blocks_.find(retiring_[i]);
+    auto it = find_block(retiring_[i]);
     if (clock_.met({it->second.stream, it->second.seq})) {
       retiring_[i] = retiring_.back();
       retiring_.pop_back();
@@ -1272,7 +1272,7 @@ void arena::promote() {
     });
   }
   for (std::uintptr_t addr : turning) {
-    auto it = blocks_.find(addr);
+    auto it = find_block(addr);
     index_erase(it);
     it->second.st = state::ready;
     it->second.stream = 0;
@@ -1281,7 +1281,7 @@ void arena::promote() {
     make_free(it);
   }
   for (std::size_t i = 0; i < waiting_.size();) {
-    auto it = blocks_.find(waiting_[i]);
+    auto it = find_block(waiting_[i]);
     const auto& w = it->second.waits;
     if (std::all_of(w.begin(), w.end(), [&](const stream_mark& m) { return clock_.met(m); })) {
       it->second.st = state::ready;
@@ -1319,10 +1319,10 @@ void arena::release(std::size_t keep_cached) {
   for (std::size_t i = 0; i < segments_.size() && cached() > keep_cached; ++i) {
     auto& seg = segments_[i];
     if (!seg.alive) continue;
-    auto it = blocks_.find(seg.base);
+    auto it = find_block(seg.base);
     if (it == blocks_.end() || it->second.st != state::ready || it->second.size != seg.size) continue;
     index_erase(it);
-    blocks_.erase(it);
+    erase_block(it);
     up_.free_segment(reinterpret_cast<void*>(seg.base), seg.size);
     seg.alive = false;
     segment_bytes_ -= seg.size;
@@ -1383,9 +1383,12 @@ void arena::check() const {
   std::vector<std::uint64_t> busy(busy_.size(), 0);
   std::uintptr_t expect = 0;
   std::uint32_t seg = UINT32_MAX;
+  if (block_at_start_.size() != blocks_.size()) fail("the table of blocks by start differs from the blocks");
   const block* prev = nullptr;
   for (const auto& [addr, b] : blocks_) {
     if (b.size == 0 || b.size % unit) fail(fmt::format("block {:#x} has size {}", addr, b.size));
+    if (const auto* at = block_at_start_.find(addr); !at || &(*at)->second != &b)
+      fail(fmt::format("block {:#x} is not in the table of blocks by start", addr));
     if (b.segment != seg) {
       if (prev && expect != segments_[seg].base + segments_[seg].size) fail("a segment is not tiled to its end");
       seg = b.segment;
@@ -1469,7 +1472,7 @@ void arena::check() const {
     std::size_t listed = 0;
     for (const block_node* n = o.head; n; n = n->second.owned_next) {
       const block& b = n->second;
-      const auto at = blocks_.find(n->first);
+      const auto at = find_block(n->first);
       if (b.st != state::owned || b.stream != s || at == blocks_.end() || &*at != n)
         fail(fmt::format("the owned list of stream {:#x} holds {:#x}, not an owned block of that stream", s, n->first));
       if (b.owned_next && b.owned_next->second.owned_prev != n) fail(fmt::format("the owned list breaks at {:#x}", n->first));

@@ -77,6 +77,7 @@
 
 #include "core/granule_bits.hpp"
 #include "core/node_recycler.hpp"
+#include "core/pointer_map.hpp"
 #include "core/stream_clock.hpp"
 #include "gpumem/pool.hpp"
 #include "gpumem/upstream.hpp"
@@ -379,6 +380,30 @@ class arena {
   int granule_log2_;  // granule_ is a power of two: granule_of shifts instead of dividing
   node_recycler nodes_;  // the nodes of the trees below (declared first: destroyed after them)
   block_map blocks_{block_map::allocator_type(nodes_)};
+  // Every block by its start, beside blocks_ (which keeps them in address order for the walks to
+  // a block's neighbours): a lookup by address is a probe or two of a table, not a walk down the
+  // tree, each level of which waits for the load of the one above. On the device hosts' Xeons an
+  // arena call cost 700-900 cycles, most of it such chains (bench/RESULTS.md, session 27). Blocks
+  // enter and leave blocks_ only through emplace_block and erase_block, which keep the two alike;
+  // check() compares them.
+  pointer_map<block_map::iterator> block_at_start_;
+  block_map::iterator emplace_block(std::uintptr_t a, block b) {
+    auto [it, added] = blocks_.emplace(a, std::move(b));
+    if (added) block_at_start_.insert(a, it);
+    return it;
+  }
+  block_map::iterator erase_block(block_map::iterator it) {
+    block_at_start_.erase(it->first);
+    return blocks_.erase(it);
+  }
+  block_map::iterator find_block(std::uintptr_t a) {
+    const block_map::iterator* i = block_at_start_.find(a);
+    return i ? *i : blocks_.end();
+  }
+  block_map::const_iterator find_block(std::uintptr_t a) const {
+    const block_map::iterator* i = block_at_start_.find(a);
+    return i ? block_map::const_iterator(*i) : blocks_.end();
+  }
   free_index ready_{free_index::allocator_type(nodes_)};  // ready blocks; on a virtual upstream the mapped ones
   free_index void_{free_index::allocator_type(nodes_)};   // virtual: unmapped ready blocks
   std::unordered_map<stream_ref, owned_blocks> owned_;  // an entry for each stream that owns free blocks

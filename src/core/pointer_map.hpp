@@ -20,6 +20,7 @@ class pointer_map {
       if (slots_[i].key == 0) return nullptr;
     }
   }
+  const V* find(std::uintptr_t key) const noexcept { return const_cast<pointer_map*>(this)->find(key); }
   // At most a quarter full: a lookup then finds its key at the first slot nearly always (a free's
   // common path does one), where at half full a second probe came often enough, and at random,
   // to cost bert's warm replay 0.12 mispredicted branches per operation (callgrind's model). The
