@@ -125,14 +125,11 @@ struct pool_options {
   // instructions, a block it evicts ~1,300). Blocks cached this way are memory the pool already
   // holds, but they cannot coalesce in the arena, so they may make it grow: this fraction is the
   // most reserved memory the pool spends on that, since once reserved passes it the budget falls
-  // back to the share of live. Within it a full bin of large blocks also widens once, to three
-  // times its limit, and before the pool grows for a large request what a bin holds past twice
-  // its limit goes back to the arena first. Measured (bench/RESULTS.md, session 15): resnet's
-  // warm replay 14,128 -> 15,653 front hits of 16,816 requests, 554 -> 380 instructions per op, on
-  // the H200 0.49-0.50 of the time, at peak reserved / peak live 1.0415 -> 1.076; bert (1.49) and
-  // llama (1.45), past the headroom by growing first alone, unchanged. The wider bins with their
-  // give-back (session 27): resnet 1,120 -> 848 misses a warm pass, 250 -> 233 instructions per
-  // op, 1.077 -> 1.072. 0: off.
+  // back to the share of live. Within it a full bin of large blocks also widens once, to twice
+  // its limit. Measured (bench/RESULTS.md, session 15): resnet's warm replay 14,128 -> 15,653
+  // front hits of 16,816 requests, 554 -> 380 instructions per op, on the H200 0.49-0.50 of the
+  // time, at peak reserved / peak live 1.0415 -> 1.076; bert (1.49) and llama (1.45), past the
+  // headroom by growing first alone, unchanged. 0: off.
   double front_cache_reserve_headroom = 0.1;
   // Default policy: large blocks (over small_max_bytes) one thread's front cache may keep for one
   // stream, as a fraction of that thread's peak live bytes (front_cache_bytes if that is more). The

@@ -118,17 +118,6 @@ inline std::uint32_t bin_limit_for(std::size_t block_bytes, bool grow_first = fa
   return static_cast<std::uint32_t>(std::clamp(lim, 2.0, 32.0));
 }
 
-// Growing first, within the reserve headroom (pool.cpp, make_room), a full bin of arena blocks
-// widens to widened_bin_factor times its limit before it gives a block up: a training step frees
-// dozens of blocks of one shape and asks for them again in the next (resnet's trace: 72 of 24.5
-// MiB a step, where the bin keeps 3). What a bin holds past kept_bin_factor times its limit is
-// memory the pool may want back: it goes back to the arena, oldest first, before the pool grows
-// for a large request (pool.cpp, give_back_widened). Without that give-back, bins three times their
-// limit raised resnet's reserve (1.077 -> 1.082) and four times took it past the headroom, where
-// the budget falls back; with it, three times gave 1.072 and 19 % fewer misses a warm pass.
-inline constexpr std::uint32_t widened_bin_factor = 3;
-inline constexpr std::uint32_t kept_bin_factor = 2;
-
 // One cached block in a bin: its address beside its record's index. The common allocate returns
 // the address read here, so the caller gets it one load sooner than through the record (whose
 // fields it writes, and whose size it checks, beside that path rather than on it); the common free
@@ -370,16 +359,12 @@ class alignas(64) front_cache {
   // only at the bins that hold an arena block of this front cache (arena_bins_), and at the bottom
   // of each: the free's common path keeps no order beyond the stamp (an ordered list of cached
   // blocks, pushed on every free, cost the 16 MiB alloc+free pair 19-35 instructions of ~241).
-  // `past_kept_width`: only among the bins that hold more than kept_bin_factor times their limit
-  // (pool.cpp, give_back_widened).
-  std::uint32_t take_oldest_arena_block(stream_bins& sb, bool past_kept_width = false) noexcept {
+  std::uint32_t take_oldest_arena_block(stream_bins& sb) noexcept {
     bin* oldest = nullptr;
     for (std::size_t w = 0; w < arena_bins_.size(); ++w) {
       for (std::uint64_t bits = arena_bins_[w]; bits; bits &= bits - 1) {
         bin& x = sb.bins[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))];
         if (!x.count || recs[x.items[0].rec].sl) continue;
-        if (past_kept_width && x.count <= kept_bin_factor * bin_limit_for(recs[x.items[0].rec].block_bytes, true))
-          continue;
         if (!oldest || recs[x.items[0].rec].cached_at < recs[oldest->items[0].rec].cached_at) oldest = &x;
       }
     }

@@ -591,11 +591,13 @@ struct pool::impl {
       ++fc.evictions;
     };
     detail::bin& x = sb.bin_at(r.bin);
-    // Within the reserve headroom a full bin of arena blocks widens once before it gives one up
-    // (front_cache.hpp, widened_bin_factor). Wider bins without the headroom raised resnet's
-    // reserve instead (1.0415 -> 1.054 at twice the limit, session 15).
+    // Within the reserve headroom a full bin of arena blocks widens once before it gives one up:
+    // a training step frees dozens of blocks of one shape (resnet's trace: 72 of 24.5 MiB a step,
+    // where the bin keeps 3). Wider bins without the headroom raised resnet's reserve instead
+    // (1.0415 -> 1.054 at twice the limit), and three times the limit or more took it past the
+    // headroom, where the budget falls back and the reserve stays (1.117).
     if (x.count >= x.limit && grow_first && !fc.recs[x.items[0].rec].sl && within_headroom(fc))
-      x.widen(detail::widened_bin_factor * detail::bin_limit_for(r.block_bytes, true));
+      x.widen(2 * detail::bin_limit_for(r.block_bytes, true));
     if (x.count >= x.limit) {
       if (fc.recs[x.items[0].rec].sl) return false;  // a class of slots: those go back to their slabs
       evict(fc.take_at(sb, x, 0));
@@ -713,28 +715,6 @@ struct pool::impl {
     return false;
   }
 
-  // Under m, growing first, before the pool grows for a large request of `size` on stream `s`:
-  // what front cache `f` keeps for `s` in bins widened past kept_bin_factor times their limit goes
-  // back to the arena, oldest first, until `size` bytes went (front_cache.hpp, widened_bin_factor).
-  // The caller tries again without growing after each call, so a bin is widened with memory the
-  // pool holds anyway, never with memory it grew for. False if no such bin holds a block.
-  bool give_back_widened(detail::front_cache& f, stream_ref s, std::size_t size) {
-    detail::front_guard flock(f.lock, true);
-    detail::stream_bins& sb = f.bins_for(s);
-    std::size_t given = 0;
-    while (given < size) {
-      const std::uint32_t i = f.take_oldest_arena_block(sb, true);
-      if (i == detail::front_cache::none) break;
-      given += f.recs[i].block_bytes;
-      arena.deallocate(f.recs[i].addr, s);
-      f.forget(i);
-    }
-    std::size_t left = 0;  // what it keeps, for take_back_others
-    for (const auto& y : f.streams) left += y.held[1];
-    f.arena_cached_bytes.store(left, std::memory_order_relaxed);
-    return given != 0;
-  }
-
   // Under m, reclaim_own_first: a large block of `size` on memory already mapped — as it is, or
   // after the caller's own front cache gave back a block to carve it from, or all its large
   // blocks; 0 when that is not enough (the caller then remaps, empties others' caches, grows).
@@ -799,7 +779,6 @@ struct pool::impl {
       // from which the arena carves the request (the rest stays free for any size).
       if (!small && own && give_back_fitting(*own, s, size)) a = attempt(false);
       if (!a && !small && fronts.size() > 1) a = take_back_others(own, size, s, attempt);
-      while (!a && !small && own && give_back_widened(*own, s, size)) a = attempt(false);
       if (!a) a = attempt(true);
     }
     if (!a) a = reclaim(own, attempt);
