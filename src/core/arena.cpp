@@ -82,37 +82,29 @@ arena::owned_blocks& arena::owned_of(stream_ref s) {
   return *(owned_last_ = &owned_.try_emplace(s, nodes_).first->second);
 }
 arena::free_index& arena::index_of(const block& b) {
-  if (b.st == state::ready) return b.mapped ? ready_ : void_;
+  if (b.st == state::ready) return ready_;
   return owned_of(b.stream).by_size;
 }
 void arena::index_insert(block_map::iterator it) {
   block& b = it->second;
-  if (b.st != state::owned || !virtual_) {
+  if (!virtual_) {
     index_of(b).emplace(b.size, it->first);
-    return;
+  } else if (b.st == state::ready) {
+    (b.mapped ? ready_list_ : void_list_).push(&*it);
+  } else {
+    owned_of(b.stream).list.push(&*it);
   }
-  owned_blocks& o = owned_of(b.stream);
-  b.owned_prev = nullptr;
-  b.owned_next = o.head;
-  if (o.head) o.head->second.owned_prev = &*it;
-  o.head = &*it;
-  ++o.count;
 }
 void arena::index_erase(block_map::iterator it) {
   block& b = it->second;
-  if (b.st != state::owned) {
-    index_of(b).erase({b.size, it->first});
+  if (b.st == state::ready) {
+    if (!virtual_) ready_.erase({b.size, it->first});
+    else (b.mapped ? ready_list_ : void_list_).unlink(&*it);
     return;
   }
   owned_blocks& o = owned_of(b.stream);
-  if (!virtual_) {
-    o.by_size.erase({b.size, it->first});
-  } else {
-    (b.owned_prev ? b.owned_prev->second.owned_next : o.head) = b.owned_next;
-    if (b.owned_next) b.owned_next->second.owned_prev = b.owned_prev;
-    b.owned_prev = b.owned_next = nullptr;
-    --o.count;
-  }
+  if (!virtual_) o.by_size.erase({b.size, it->first});
+  else o.list.unlink(&*it);
   if (o.empty()) {
     owned_last_ = nullptr;
     owned_.erase(b.stream);
@@ -300,7 +292,7 @@ bool arena::foreign_owned(stream_ref s) const {
 
 arena::block_map::iterator arena::split(block_map::iterator b, std::uintptr_t at) {
   const block& x = b->second;
-  auto right = emplace_block(at, block{b->first + x.size - at, x.segment, x.st, x.mapped, x.stream, x.seq, {}});
+  auto right = emplace_block_before(std::next(b), at, block{b->first + x.size - at, x.segment, x.st, x.mapped, x.stream, x.seq, {}});
   b->second.size = at - b->first;
   return right;
 }
@@ -401,10 +393,10 @@ std::uintptr_t arena::carve(block_map::iterator it, std::uintptr_t start, std::s
     std::size_t rest = it->second.size - pad;
     it->second.size = pad;
     index_insert(it);
-    it = emplace_block(start, block{rest, segment, was, mapped, owner, seq, {}});
+    it = emplace_block_before(std::next(it), start, block{rest, segment, was, mapped, owner, seq, {}});
   }
   if (it->second.size > size) {
-    auto tail = emplace_block(start + size, block{it->second.size - size, segment, was, mapped, owner, seq, {}});
+    auto tail = emplace_block_before(std::next(it), start + size, block{it->second.size - size, segment, was, mapped, owner, seq, {}});
     index_insert(tail);
     it->second.size = size;
   }
@@ -545,10 +537,10 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
   if (it->first < a) {
     it->second.size = a - it->first;
     index_insert(it);
-    it = emplace_block(a, block{end - a, it->second.segment, state::ready, !mapped, 0, 0, {}});
+    it = emplace_block_before(std::next(it), a, block{end - a, it->second.segment, state::ready, !mapped, 0, 0, {}});
   }
   if (end > e) {
-    auto tail = emplace_block(e, block{end - e, it->second.segment, state::ready, !mapped, 0, 0, {}});
+    auto tail = emplace_block_before(std::next(it), e, block{end - e, it->second.segment, state::ready, !mapped, 0, 0, {}});
     index_insert(tail);
     it->second.size = e - a;
   }
@@ -570,45 +562,65 @@ void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t s
     by_size.value() = now;
     r->by_size = runs_.insert(std::move(by_size)).position;
   }
+  if (start != r->start) {
+    run_by_start_.erase(r->start);
+    run_by_start_.insert(start, r);
+  }
+  if (start + size != r->start + r->size) {
+    run_by_end_.erase(r->start + r->size);
+    run_by_end_.insert(start + size, r);
+  }
   r->start = start;
   r->size = size;
 }
 
+void arena::run_insert(run_map::iterator next, std::uintptr_t start, std::size_t size) {
+  auto r = run_at_.emplace_hint(next, run_entry{start, size, runs_.insert(run_by_size{size, start}).first});
+  run_by_start_.insert(start, r);
+  run_by_end_.insert(start + size, r);
+}
+
+void arena::run_erase(run_map::iterator r) {
+  run_by_start_.erase(r->start);
+  run_by_end_.erase(r->start + r->size);
+  runs_.erase(r->by_size);
+  run_at_.erase(r);
+}
+
 void arena::run_add(std::uintptr_t a, std::size_t n) {
-  auto next = run_at_.lower_bound(a);
-  const bool joins_next = next != run_at_.end() && next->start == a + n;
-  if (next != run_at_.begin()) {
-    if (auto prev = std::prev(next); prev->start + prev->size == a) {
-      // Grows the run before it, and swallows the one after it.
-      std::size_t grown = prev->size + n;
-      if (joins_next) {
-        grown += next->size;
-        runs_.erase(next->by_size);
-        run_at_.erase(next);
-      }
-      reshape_run(prev, prev->start, grown);
-      return;
+  const run_map::iterator* before = run_by_end_.find(a);  // the run that ends where [a, a + n) starts
+  const run_map::iterator* after = run_by_start_.find(a + n);
+  if (before) {
+    // Grows the run before it, and swallows the one after it.
+    const auto prev = *before;
+    std::size_t grown = prev->size + n;
+    if (after) {
+      grown += (*after)->size;
+      run_erase(*after);
     }
+    reshape_run(prev, prev->start, grown);
+  } else if (after) {
+    reshape_run(*after, a, (*after)->size + n);  // the run after it now starts at `a`
+  } else {
+    run_insert(run_at_.lower_bound(a), a, n);
   }
-  if (joins_next) {
-    reshape_run(next, a, next->size + n);  // the run after it now starts at `a`
-    return;
-  }
-  run_at_.emplace_hint(next, run_entry{a, n, runs_.insert(run_by_size{n, a}).first});
 }
 
 void arena::run_remove(std::uintptr_t a, std::size_t n) {
-  auto r = std::prev(run_at_.upper_bound(a));
-  const std::uintptr_t lo = r->start, hi = r->start + r->size, e = a + n;
+  const std::uintptr_t e = a + n;
+  run_map::iterator r;
+  if (const auto* at = run_by_start_.find(a)) r = *at;       // the block takes the run's front...
+  else if (const auto* at_end = run_by_end_.find(e)) r = *at_end;  // ...or its back
+  else r = std::prev(run_at_.upper_bound(a));
+  const std::uintptr_t lo = r->start, hi = r->start + r->size;
   if (lo < a) {
     // The run keeps its start and shrinks; what lies past the block is a run of its own.
     reshape_run(r, lo, a - lo);
-    if (e < hi) run_at_.emplace_hint(std::next(r), run_entry{e, hi - e, runs_.insert(run_by_size{hi - e, e}).first});
+    if (e < hi) run_insert(std::next(r), e, hi - e);
   } else if (e < hi) {
     reshape_run(r, e, hi - e);  // the block takes the run's front
   } else {
-    runs_.erase(r->by_size);
-    run_at_.erase(r);
+    run_erase(r);
   }
 }
 
@@ -907,7 +919,7 @@ void arena::retire(std::size_t g0, std::size_t g1, stream_ref s) {
     else seq = std::max(seq, it->second.seq);
     it = erase_block(it);
   }
-  emplace_block(a, block{e - a, segment, state::retiring, true, s, seq, {}});
+  emplace_block_before(it, a, block{e - a, segment, state::retiring, true, s, seq, {}});
   run_remove(a, e - a);
   retiring_.push_back(a);
   retiring_granules_ += g1 - g0;
@@ -1339,6 +1351,7 @@ std::size_t arena::reserved_bytes() const noexcept {
 // mapped: the largest of them is the largest mapped free block, as pool_stats documents.
 std::size_t arena::largest_free_block() const {
   std::size_t best = ready_.empty() ? 0 : ready_.rbegin()->first;
+  ready_list_.for_each([&](std::uintptr_t, const block& b) { best = std::max(best, b.size); });
   for (const auto& [s, o] : owned_) for_each_owned(o, [&](std::uintptr_t, const block& b) { best = std::max(best, b.size); });
   return best;
 }
@@ -1422,8 +1435,7 @@ void arena::check() const {
       case state::live: allocated += b.size; break;
       case state::ready:
         ++(b.mapped ? ready_count : void_count);
-        if (!(b.mapped ? ready_ : void_).count({b.size, addr}))
-          fail(fmt::format("ready block {:#x} missing from the index", addr));
+        if (!virtual_ && !ready_.count({b.size, addr})) fail(fmt::format("ready block {:#x} missing from the index", addr));
         break;
       case state::owned: {
         ++owned_count;
@@ -1452,34 +1464,56 @@ void arena::check() const {
   }
   close_run();
   if (allocated != allocated_) fail(fmt::format("allocated bytes {} != counted {}", allocated_, allocated));
-  if (ready_count != ready_.size() || void_count != void_.size()) fail("a ready index holds blocks that are not ready");
+  // Each list links blocks of its kind, each once (prev and next agree), as many as it counts; with
+  // as many of the kind counted above, every block of the kind is in its list.
+  auto check_list = [&](const block_list& l, const std::string& name, auto&& of_kind) {
+    std::size_t listed = 0;
+    for (const block_node* n = l.head; n; n = n->second.list_next) {
+      const block& b = n->second;
+      if (!of_kind(b)) fail(fmt::format("{} holds block {:#x} of another kind", name, n->first));
+      if (find_block(n->first) == blocks_.end() || &find_block(n->first)->second != &b)
+        fail(fmt::format("{} holds {:#x}, which is no block", name, n->first));
+      if ((b.list_prev ? b.list_prev->second.list_next : l.head) != n || (b.list_next && b.list_next->second.list_prev != n))
+        fail(fmt::format("{} breaks at {:#x}", name, n->first));
+      if (++listed > l.count) fail(fmt::format("{} is longer than its count", name));
+    }
+    if (listed != l.count) fail(fmt::format("{} is shorter than its count", name));
+  };
+  if (!virtual_ && (ready_count != ready_.size() || void_count)) fail("a ready index holds blocks that are not ready");
+  if (virtual_) {
+    check_list(ready_list_, "the list of mapped ready blocks", [](const block& b) { return b.st == state::ready && b.mapped; });
+    check_list(void_list_, "the list of unmapped ready blocks", [](const block& b) { return b.st == state::ready && !b.mapped; });
+    if (ready_list_.count != ready_count || void_list_.count != void_count) fail("a ready list misses ready blocks");
+  } else if (ready_list_.head || void_list_.head) {
+    fail("a plain upstream's ready blocks are in a list");
+  }
   if (virtual_) {
     if (!std::equal(runs.begin(), runs.end(), run_at_.begin(), run_at_.end(),
                     [](const auto& x, const auto& y) { return x.first == y.start && x.second == y.size; }) ||
         runs_.size() != run_at_.size())
       fail("the run index is off");
-    for (const run_entry& run : run_at_)
+    for (auto r = run_at_.begin(); r != run_at_.end(); ++r) {
+      const run_entry& run = *r;
       if (run.by_size->start != run.start || run.by_size->size != run.size || !runs_.count({run.size, run.start}))
         fail(fmt::format("run {:#x} missing from the size index", run.start));
+      const auto* by_start = run_by_start_.find(run.start);
+      const auto* by_end = run_by_end_.find(run.start + run.size);
+      if (!by_start || *by_start != r || !by_end || *by_end != r)
+        fail(fmt::format("run {:#x} missing from the tables of runs by start and end", run.start));
+    }
+    if (run_by_start_.size() != run_at_.size() || run_by_end_.size() != run_at_.size())
+      fail("the tables of runs by start and end hold runs that are gone");
   }
-  // Each stream's list links owned blocks of that stream, each once (prev and next agree), as many
-  // as it counts; with every owned block's stream listed (above) and the sum equal to the owned
-  // blocks counted, every owned block is in its list.
+  // Each stream's list links owned blocks of that stream (check_list); with every owned block's
+  // stream listed (above) and the sum equal to the owned blocks counted, every owned block is in
+  // its list.
   std::size_t owned_indexed = 0;
   for (const auto& [s, o] : owned_) {
     if (o.empty()) fail(fmt::format("stream {:#x} has an empty owned index", s));
-    owned_indexed += o.by_size.size();
-    std::size_t listed = 0;
-    for (const block_node* n = o.head; n; n = n->second.owned_next) {
-      const block& b = n->second;
-      const auto at = find_block(n->first);
-      if (b.st != state::owned || b.stream != s || at == blocks_.end() || &*at != n)
-        fail(fmt::format("the owned list of stream {:#x} holds {:#x}, not an owned block of that stream", s, n->first));
-      if (b.owned_next && b.owned_next->second.owned_prev != n) fail(fmt::format("the owned list breaks at {:#x}", n->first));
-      if (++listed > o.count) fail(fmt::format("the owned list of stream {:#x} is longer than its count", s));
-    }
-    if (listed != o.count || (!virtual_ && o.head)) fail(fmt::format("the owned list of stream {:#x} is off", s));
-    owned_indexed += listed;
+    if (!virtual_ && o.list.head) fail(fmt::format("the owned blocks of stream {:#x} are in a list on a plain upstream", s));
+    check_list(o.list, fmt::format("the owned list of stream {:#x}", s),
+               [s = s](const block& b) { return b.st == state::owned && b.stream == s; });
+    owned_indexed += o.by_size.size() + o.list.count;
   }
   if (owned_count != owned_indexed) fail("an owned index holds blocks that are not owned");
   if (virtual_) {

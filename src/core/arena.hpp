@@ -190,12 +190,37 @@ class arena {
     stream_ref stream;           // live: allocating stream; owned: owner
     std::uint64_t seq;           // owned: the free's sequence on `stream`; retiring: the last one's
     std::vector<stream_mark> waits;  // waiting: all must be met
-    // Owned, on a virtual upstream: its neighbours in its stream's list (owned_blocks).
-    block_node* owned_prev = nullptr;
-    block_node* owned_next = nullptr;
+    // Owned or ready, on a virtual upstream: its neighbours in its list (block_list).
+    block_node* list_prev = nullptr;
+    block_node* list_next = nullptr;
   };
   using block_map = recycled_map<std::uintptr_t, block>;
   using free_index = recycled_set<std::pair<std::size_t, std::uintptr_t>>;
+  // Free blocks linked through themselves (block::list_prev, list_next), in no order: a block
+  // enters or leaves in a few stores, where an ordered set costs a search down its tree and a
+  // rebalance, each level a load that waits for the one above.
+  struct block_list {
+    block_node* head = nullptr;
+    std::size_t count = 0;
+    void push(block_node* n) noexcept {
+      n->second.list_prev = nullptr;
+      n->second.list_next = head;
+      if (head) head->second.list_prev = n;
+      head = n;
+      ++count;
+    }
+    void unlink(block_node* n) noexcept {
+      block& b = n->second;
+      (b.list_prev ? b.list_prev->second.list_next : head) = b.list_next;
+      if (b.list_next) b.list_next->second.list_prev = b.list_prev;
+      b.list_prev = b.list_next = nullptr;
+      --count;
+    }
+    template <class F>
+    void for_each(F&& f) const {
+      for (const block_node* n = head; n; n = n->second.list_next) f(n->first, n->second);
+    }
+  };
   // One stream's owned free blocks. Plain upstreams find the best fit among them by size
   // (`by_size`). Virtual upstreams place by runs (`place`) and never ask them by size on a
   // request's path, so there they are a list linked through the blocks themselves: a free and
@@ -204,11 +229,10 @@ class arena {
   // their ~350 instructions per operation on it). The few that want them by size (move_pending,
   // largest_free_block) sort or scan.
   struct owned_blocks {
-    free_index by_size;            // plain upstreams
-    block_node* head = nullptr;    // virtual upstreams
-    std::size_t count = 0;         // virtual upstreams
+    free_index by_size;  // plain upstreams
+    block_list list;     // virtual upstreams
     explicit owned_blocks(node_recycler& r) : by_size(free_index::allocator_type(r)) {}
-    bool empty() const noexcept { return head == nullptr && by_size.empty(); }
+    bool empty() const noexcept { return list.head == nullptr && by_size.empty(); }
   };
   struct segment { std::uintptr_t base; std::size_t size; bool alive; };
 
@@ -220,7 +244,7 @@ class arena {
   template <class F>
   void for_each_owned(const owned_blocks& o, F&& f) const {
     for (const auto& [size, addr] : o.by_size) f(addr, blocks_.at(addr));
-    for (const block_node* n = o.head; n; n = n->second.owned_next) f(n->first, n->second);
+    o.list.for_each(f);
   }
   block_map::iterator coalesce(block_map::iterator it);
   // Splits block `b` (in no index) at `at`: `b` keeps [.., at), the returned block (in no index,
@@ -368,6 +392,10 @@ class arena {
   // and runs_ change where they are.
   void reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size);
   void run_remove(std::uintptr_t a, std::size_t n);  // [a, a + n), inside a run, became live
+  // A new run [start, start + size), just before `next` in run_at_; and a run gone. Both keep the
+  // tables of runs by start and by end in step.
+  void run_insert(run_map::iterator next, std::uintptr_t start, std::size_t size);
+  void run_erase(run_map::iterator r);
   void add_busy(std::uintptr_t a, std::size_t n, bool add);
   // Unmapped granules under [a, a + n); the count stops at `enough`.
   std::size_t unmapped_granules(std::uintptr_t a, std::size_t n, std::size_t enough = SIZE_MAX) const;
@@ -392,6 +420,15 @@ class arena {
     if (added) block_at_start_.insert(a, it);
     return it;
   }
+  // A new block at `a`, which lies just before `next` (the block after it, or blocks_.end()): with
+  // the place known the tree checks it against `next` and the block before, with no search from the
+  // root. Splits know it — every block the arena carves from another.
+  block_map::iterator emplace_block_before(block_map::iterator next, std::uintptr_t a, block b) {
+    const std::size_t before = blocks_.size();
+    auto it = blocks_.emplace_hint(next, a, std::move(b));
+    if (blocks_.size() != before) block_at_start_.insert(a, it);
+    return it;
+  }
   block_map::iterator erase_block(block_map::iterator it) {
     block_at_start_.erase(it->first);
     return blocks_.erase(it);
@@ -404,8 +441,12 @@ class arena {
     const block_map::iterator* i = block_at_start_.find(a);
     return i ? block_map::const_iterator(*i) : blocks_.end();
   }
-  free_index ready_{free_index::allocator_type(nodes_)};  // ready blocks; on a virtual upstream the mapped ones
-  free_index void_{free_index::allocator_type(nodes_)};   // virtual: unmapped ready blocks
+  // Ready blocks. Plain upstreams take the best fit among them by size (best_fit). Virtual ones
+  // place by runs (`place`) and never ask them by size on a request's path, so there they are
+  // lists, as owned blocks are: one of the mapped, one of the unmapped (bench/RESULTS.md, session
+  // 28). largest_free_block scans.
+  free_index ready_{free_index::allocator_type(nodes_)};  // plain upstreams
+  block_list ready_list_, void_list_;                     // virtual upstreams: mapped, unmapped
   std::unordered_map<stream_ref, owned_blocks> owned_;  // an entry for each stream that owns free blocks
   owned_blocks* owned_last_ = nullptr;  // owned_of's memory: owned_[owned_last_stream_], until erased
   stream_ref owned_last_stream_ = 0;
@@ -451,6 +492,11 @@ class arena {
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
   run_map run_at_{run_map::allocator_type(nodes_)};
   run_set runs_{run_set::allocator_type(nodes_)};
+  // Every run by its start and by its end, beside run_at_, as block_at_start_ is beside blocks_: a
+  // freed block finds the runs it joins, and a carve the run it takes from, by a probe each rather
+  // than a walk down run_at_ (the walk is left for a carve from a run's middle and a block that
+  // joins no run). check() compares them with run_at_.
+  pointer_map<run_map::iterator> run_by_start_, run_by_end_;
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;
 
