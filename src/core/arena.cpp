@@ -562,44 +562,57 @@ void arena::reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t s
     by_size.value() = now;
     r->by_size = runs_.insert(std::move(by_size)).position;
   }
+  if (start != r->start) {
+    run_by_start_.erase(r->start);
+    run_by_start_.insert(start, r);
+  }
+  if (start + size != r->start + r->size) {
+    run_by_end_.erase(r->start + r->size);
+    run_by_end_.insert(start + size, r);
+  }
   r->start = start;
   r->size = size;
 }
 
 void arena::run_insert(run_map::iterator next, std::uintptr_t start, std::size_t size) {
-  run_at_.emplace_hint(next, run_entry{start, size, runs_.insert(run_by_size{size, start}).first});
+  auto r = run_at_.emplace_hint(next, run_entry{start, size, runs_.insert(run_by_size{size, start}).first});
+  run_by_start_.insert(start, r);
+  run_by_end_.insert(start + size, r);
 }
 
 void arena::run_erase(run_map::iterator r) {
+  run_by_start_.erase(r->start);
+  run_by_end_.erase(r->start + r->size);
   runs_.erase(r->by_size);
   run_at_.erase(r);
 }
 
 void arena::run_add(std::uintptr_t a, std::size_t n) {
-  auto next = run_at_.lower_bound(a);
-  const bool joins_next = next != run_at_.end() && next->start == a + n;
-  if (next != run_at_.begin()) {
-    if (auto prev = std::prev(next); prev->start + prev->size == a) {
-      // Grows the run before it, and swallows the one after it.
-      std::size_t grown = prev->size + n;
-      if (joins_next) {
-        grown += next->size;
-        run_erase(next);
-      }
-      reshape_run(prev, prev->start, grown);
-      return;
+  const run_map::iterator* before = run_by_end_.find(a);  // the run that ends where [a, a + n) starts
+  const run_map::iterator* after = run_by_start_.find(a + n);
+  if (before) {
+    // Grows the run before it, and swallows the one after it.
+    const auto prev = *before;
+    std::size_t grown = prev->size + n;
+    if (after) {
+      grown += (*after)->size;
+      run_erase(*after);
     }
+    reshape_run(prev, prev->start, grown);
+  } else if (after) {
+    reshape_run(*after, a, (*after)->size + n);  // the run after it now starts at `a`
+  } else {
+    run_insert(run_at_.lower_bound(a), a, n);
   }
-  if (joins_next) {
-    reshape_run(next, a, next->size + n);  // the run after it now starts at `a`
-    return;
-  }
-  run_insert(next, a, n);
 }
 
 void arena::run_remove(std::uintptr_t a, std::size_t n) {
-  auto r = std::prev(run_at_.upper_bound(a));
-  const std::uintptr_t lo = r->start, hi = r->start + r->size, e = a + n;
+  const std::uintptr_t e = a + n;
+  run_map::iterator r;
+  if (const auto* at = run_by_start_.find(a)) r = *at;       // the block takes the run's front...
+  else if (const auto* at_end = run_by_end_.find(e)) r = *at_end;  // ...or its back
+  else r = std::prev(run_at_.upper_bound(a));
+  const std::uintptr_t lo = r->start, hi = r->start + r->size;
   if (lo < a) {
     // The run keeps its start and shrinks; what lies past the block is a run of its own.
     reshape_run(r, lo, a - lo);
@@ -1479,9 +1492,17 @@ void arena::check() const {
                     [](const auto& x, const auto& y) { return x.first == y.start && x.second == y.size; }) ||
         runs_.size() != run_at_.size())
       fail("the run index is off");
-    for (const run_entry& run : run_at_)
+    for (auto r = run_at_.begin(); r != run_at_.end(); ++r) {
+      const run_entry& run = *r;
       if (run.by_size->start != run.start || run.by_size->size != run.size || !runs_.count({run.size, run.start}))
         fail(fmt::format("run {:#x} missing from the size index", run.start));
+      const auto* by_start = run_by_start_.find(run.start);
+      const auto* by_end = run_by_end_.find(run.start + run.size);
+      if (!by_start || *by_start != r || !by_end || *by_end != r)
+        fail(fmt::format("run {:#x} missing from the tables of runs by start and end", run.start));
+    }
+    if (run_by_start_.size() != run_at_.size() || run_by_end_.size() != run_at_.size())
+      fail("the tables of runs by start and end hold runs that are gone");
   }
   // Each stream's list links owned blocks of that stream (check_list); with every owned block's
   // stream listed (above) and the sum equal to the owned blocks counted, every owned block is in

@@ -392,8 +392,8 @@ class arena {
   // and runs_ change where they are.
   void reshape_run(run_map::iterator r, std::uintptr_t start, std::size_t size);
   void run_remove(std::uintptr_t a, std::size_t n);  // [a, a + n), inside a run, became live
-  // A new run [start, start + size), just before `next` in run_at_ (its entry in runs_ made); a run
-  // gone from both.
+  // A new run [start, start + size), just before `next` in run_at_; and a run gone. Both keep the
+  // tables of runs by start and by end in step.
   void run_insert(run_map::iterator next, std::uintptr_t start, std::size_t size);
   void run_erase(run_map::iterator r);
   void add_busy(std::uintptr_t a, std::size_t n, bool add);
@@ -492,12 +492,11 @@ class arena {
   // Runs: maximal stretches of free blocks (ready, mapped or not, and owned), by start and by size.
   run_map run_at_{run_map::allocator_type(nodes_)};
   run_set runs_{run_set::allocator_type(nodes_)};
-  // No tables of runs by start and by end beside run_at_ (as block_at_start_ is beside blocks_),
-  // though they were built and worked: a pool holds few runs (on average 14 / 4 / 7 when resnet /
-  // bert / llama place a block), so run_at_'s walks are a few levels, and the tables' upkeep (a
-  // hash erase and insert for each run edge that moves) cost 1-3 instructions an operation more
-  // than it saved; bench/ab on the lead's machine could not tell the builds apart (bench/RESULTS.md,
-  // session 28).
+  // Every run by its start and by its end, beside run_at_, as block_at_start_ is beside blocks_: a
+  // freed block finds the runs it joins, and a carve the run it takes from, by a probe each rather
+  // than a walk down run_at_ (the walk is left for a carve from a run's middle and a block that
+  // joins no run). check() compares them with run_at_.
+  pointer_map<run_map::iterator> run_by_start_, run_by_end_;
 
   std::uint64_t upstream_calls_ = 0, upstream_releases_ = 0, maps_ = 0, unmaps_ = 0, map_calls_ = 0, unmap_calls_ = 0;
 
