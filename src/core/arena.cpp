@@ -1471,7 +1471,7 @@ void arena::check() const {
     for (const block_node* n = l.head; n; n = n->second.list_next) {
       const block& b = n->second;
       if (!of_kind(b)) fail(fmt::format("{} holds block {:#x} of another kind", name, n->first));
-      if (find_block(n->first) == blocks_.end() || &find_block(n->first)->second != &b)
+      if (const auto at = find_block(n->first); at == blocks_.end() || &*at != n)
         fail(fmt::format("{} holds {:#x}, which is no block", name, n->first));
       if ((b.list_prev ? b.list_prev->second.list_next : l.head) != n || (b.list_next && b.list_next->second.list_prev != n))
         fail(fmt::format("{} breaks at {:#x}", name, n->first));
