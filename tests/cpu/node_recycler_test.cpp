@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <utility>
+#include <vector>
 
 namespace gpumem::detail {
 namespace {
@@ -20,11 +22,34 @@ TEST(NodeRecycler, AFreedNodeServesTheNextOfItsSizeOnly) {
   r.give(a, 48);
   void* other = r.take(96);
   EXPECT_NE(other, a) << "a node of another size must not reuse it";
-  EXPECT_EQ(r.take(40), a) << "48 and 40 bytes round to the same 16-byte step";
+  EXPECT_EQ(r.take(40), a) << "48 and 40 bytes round to the same whole cache line";
   r.give(b, 48);
   EXPECT_EQ(r.take(48), b);
   for (void* p : {a, b}) r.give(p, 48);  // the recycler frees what it holds when it goes
   r.give(other, 96);
+}
+
+// A tree walk reads each node's links and key; on one cache line that is one load per level.
+TEST(NodeRecycler, EveryNodeStartsOnACacheLineAndSizesRoundToWholeLines) {
+  if (!node_recycler::recycles) GTEST_SKIP() << "AddressSanitizer build: nodes go to the heap so a use after free is caught";
+  node_recycler r;
+  std::vector<std::pair<void*, std::size_t>> taken;
+  for (std::size_t bytes : {8, 40, 64, 65, 112, 128, 200, 256}) {
+    void* p = r.take(bytes);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u) << bytes << " B";
+    taken.emplace_back(p, bytes);
+  }
+  // 112 B takes two lines, as 65 B does: a node given back at one serves the other, never a node of
+  // one line.
+  void* two_lines = taken[4].first;
+  taken.erase(taken.begin() + 4);
+  r.give(two_lines, 112);
+  void* one_line = r.take(64);
+  EXPECT_NE(one_line, two_lines);
+  EXPECT_EQ(r.take(65), two_lines);
+  taken.emplace_back(one_line, 64);
+  taken.emplace_back(two_lines, 65);
+  for (auto [p, bytes] : taken) r.give(p, bytes);
 }
 
 TEST(NodeRecycler, ContainersOnItMatchStdAndReuseTheirNodes) {
