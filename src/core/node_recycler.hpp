@@ -33,9 +33,8 @@ class node_recycler {
 
   void* take(std::size_t bytes) {
     const std::size_t k = slot_of(bytes);
-    if (!recycles) return ::operator new(bytes);
-    if (k >= slots) return ::operator new(bytes);
-    if (!free_[k]) return ::operator new((k + 1) * step, std::align_val_t{line});
+    if (!recycles || k >= slots) return ::operator new(bytes);
+    if (!free_[k]) return ::operator new((k + 1) * line, std::align_val_t{line});
     return std::exchange(free_[k], free_[k]->next);
   }
   void give(void* p, std::size_t bytes) noexcept {
@@ -55,9 +54,8 @@ class node_recycler {
   // hosts' Xeons (bench/ab, session 29) warm replays of resnet took 0.981-0.986 and bert 0.986-0.994
   // of the time; llama, churn and the pair (which never reach the arena) were unchanged.
   static constexpr std::size_t line = 64;
-  static constexpr std::size_t step = line;
   static constexpr std::size_t slots = 4;  // nodes up to 256 B; larger ones use the heap directly
-  static constexpr std::size_t slot_of(std::size_t bytes) noexcept { return (bytes + step - 1) / step - 1; }
+  static constexpr std::size_t slot_of(std::size_t bytes) noexcept { return (bytes + line - 1) / line - 1; }
   free_node* free_[slots] = {};
 };
 
