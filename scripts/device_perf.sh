@@ -29,10 +29,11 @@ mkdir -p "$F"
 P=("$D/ld-linux-x86-64.so.2" --library-path "$D/lib" "$D/perf")
 G=$D/gpumem-sym
 T=.carry/gpu/traces
+traces=${TRACES:-bert_infer_varlen resnet50_train}
 { lscpu | grep -E "Model name|^CPU\(s\)|Hypervisor"; nvidia-smi -L; } > "$F/machine.txt" 2>&1
 # Whether this VM counts cycles and instructions at all.
 "${P[@]}" stat -e task-clock,cycles,instructions "$G" bench pair --simulate --reps 1 > "$F/stat.txt" 2>&1
-for t in ${TRACES:-bert_infer_varlen resnet50_train}; do
+for t in $traces; do
   timeout 120 "${P[@]}" record -e cpu-clock -F 10000 -o "$F/$t.data" -- "$G" replay "$T/$t.csv.gz" \
     --resource "${RES:-gpu-pool}" --passes "${PASSES:-1000}" --grow-before-reclaim --host-probe --json \
     > "$F/$t.json" 2> "$F/$t.err"
@@ -42,7 +43,7 @@ for t in ${TRACES:-bert_infer_varlen resnet50_train}; do
 done
 cat "$F/machine.txt"
 grep -E "task-clock|cycles|instructions" "$F/stat.txt"
-for t in ${TRACES:-bert_infer_varlen resnet50_train}; do
+for t in $traces; do
   echo "== $t"
   python3 - "$F/$t.json" <<'PY'
 import json, statistics as st, sys
