@@ -1,0 +1,128 @@
+"""scripts/results_md.py: runs stored under bench/results/ become bench/RESULTS.md, bad input is
+refused with file and line, and --check tells a stale file from a current one."""
+import contextlib
+import io
+import json
+import pathlib
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+import results_md  # noqa: E402
+
+HEADER = {"record": "run", "device": "NVIDIA Test GPU", "commit": "abc1234", "date": "2030-01-02",
+          "command": "gpumem bench all --rounds 2"}
+
+
+def rec(pattern, allocator, value, **extra):
+    key = results_md.FIGURE_KEYS[pattern]
+    return {"pattern": pattern, "allocator": allocator, "device": "gpu", key: value, "reps": 3, **extra}
+
+
+RECORDS = [
+    rec("pair", "gpumem-gpu", 12.0, size_bytes=512, round=1),            # a round's own line: not a figure
+    rec("pair", "gpumem-gpu", 13.0, size_bytes=512, rounds=2, round_values=[13.0, 14.0]),
+    rec("pair", "cub-caching", 390.0, size_bytes=512, rounds=2, round_values=[390.0, 391.0]),
+    rec("pair", "cuda-malloc-async", 650.0, size_bytes=512, rounds=2, round_values=[650.0, 651.0]),
+    rec("threads", "gpumem-gpu", 600.0, threads=16, rounds=2, peak_reserved_over_live=4.3,
+        granules_moved=900, driver_granules=800, pool_options="grow_before_reclaim=1"),
+    rec("threads", "cub-caching", 2.0, threads=16, rounds=2),
+    rec("replay-warm", "gpumem-gpu", 28.0, trace="bert.csv.gz", rounds=2, peak_reserved_over_live=1.431),
+    {"pattern": "churn", "allocator": "cub-caching", "device": "gpu", "error": "out of memory", "rounds": 2},
+]
+
+
+def write(folder, name, lines):
+    path = pathlib.Path(folder) / name
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def quiet(fn, *args):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        rc = fn(*args)
+    return rc, err.getvalue()
+
+
+class ResultsMd(unittest.TestCase):
+    def test_a_run_becomes_tables(self):
+        with tempfile.TemporaryDirectory() as d:
+            write(d, "test.jsonl", [HEADER] + RECORDS)
+            text = results_md.render(pathlib.Path(d))
+        self.assertIn("## NVIDIA Test GPU", text)
+        self.assertIn("### 2030-01-02 — `abc1234`", text)
+        self.assertIn("Command: `gpumem bench all --rounds 2`", text)
+        self.assertIn("then the median of 2 rounds", text)
+        self.assertIn("`grow_before_reclaim=1`", text)
+        # The merged line (13.0), not the round's own (12.0); best peer CUB: 390 / 13 = 30.0x.
+        self.assertIn("| 512 B | 13.0 | 390 | 650 | 30.0x (cub-caching) |", text)
+        self.assertNotIn("| 12.0 |", text)
+        # Mops/s: higher is better, so the ratio is gpumem over the best peer.
+        self.assertIn("| 16 threads | 600 | 2.00 |  | 300.0x (cub-caching) |", text)
+        self.assertIn("| bert.csv.gz, warm | 28.0 |", text)
+        self.assertIn("| threads 16 (gpumem-gpu) | 4.300 | 900 | 800 |", text)
+        self.assertIn("- cub-caching, churn: out of memory", text)
+
+    def test_the_simulated_device_comes_after_the_gpus(self):
+        with tempfile.TemporaryDirectory() as d:
+            write(d, "a_sim.jsonl", [dict(HEADER, device="Simulated device", simulated=True)] + RECORDS)
+            write(d, "z_gpu.jsonl", [HEADER] + RECORDS)
+            text = results_md.render(pathlib.Path(d))
+        self.assertLess(text.index("## NVIDIA Test GPU"), text.index("## Simulated device"))
+
+    def test_bad_input_names_file_and_line(self):
+        cases = [
+            ([HEADER, "not json"], "test.jsonl:2: not JSON"),
+            ([RECORDS[1]], "test.jsonl:1: a bench record before any run header"),
+            ([dict(HEADER, commit="")], "test.jsonl:1: the run header lacks commit"),
+            ([HEADER, rec("pair", "x", 1.0, size_bytes=1) | {"pattern": "sprint"}], "test.jsonl:2: unknown pattern 'sprint'"),
+            ([HEADER, {"pattern": "pair", "allocator": "x", "size_bytes": 512}], "test.jsonl:2: a pair record without ns_per_pair"),
+            ([HEADER], "the run of 2030-01-02 has no bench records"),
+        ]
+        for lines, message in cases:
+            with self.subTest(message=message), tempfile.TemporaryDirectory() as d:
+                path = pathlib.Path(d) / "test.jsonl"
+                path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+                with self.assertRaises(results_md.InputError) as caught:
+                    results_md.render(pathlib.Path(d))
+                self.assertIn(message, str(caught.exception))
+
+    def test_check_tells_a_stale_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            results = pathlib.Path(d) / "results"
+            results.mkdir()
+            write(results, "test.jsonl", [HEADER] + RECORDS)
+            out = pathlib.Path(d) / "RESULTS.md"
+            args = ["--results", str(results), "--output", str(out)]
+            self.assertEqual(quiet(results_md.main, args + ["--check"])[0], 1)  # no file yet
+            self.assertEqual(quiet(results_md.main, args)[0], 0)
+            self.assertEqual(quiet(results_md.main, args + ["--check"])[0], 0)
+            out.write_bytes(out.read_bytes() + b"\n")                            # one byte more
+            rc, err = quiet(results_md.main, args + ["--check"])
+            self.assertEqual(rc, 1)
+            self.assertIn("is not what", err)
+
+    def test_record_stores_a_header_and_the_records(self):
+        with tempfile.TemporaryDirectory() as d:
+            bench = write(d, "bench.jsonl", RECORDS)
+            out = pathlib.Path(d) / "results" / "gpu.jsonl"
+            base = ["record", str(out), "--device", "NVIDIA Test GPU", "--commit", "abc1234",
+                    "--command", "gpumem bench all", "--date", "2030-01-02", "--input", str(bench)]
+            self.assertEqual(quiet(results_md.main, base)[0], 0)
+            self.assertEqual(quiet(results_md.main, base)[0], 0)                 # replaces
+            runs = results_md.read_runs(out)
+            self.assertEqual(len(runs), 1)
+            self.assertEqual(runs[0]["header"]["commit"], "abc1234")
+            self.assertNotIn("simulated", runs[0]["header"])
+            self.assertEqual(len(runs[0]["records"]), len(RECORDS))
+            self.assertEqual(quiet(results_md.main, base + ["--append"])[0], 0)
+            self.assertEqual(len(results_md.read_runs(out)), 2)
+            bad = write(d, "bad.jsonl", [{"pattern": "pair"}])
+            rc, err = quiet(results_md.main, base[:-1] + [str(bad)])
+            self.assertEqual(rc, 2)
+            self.assertIn("bad.jsonl:1: no allocator", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
