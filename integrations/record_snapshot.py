@@ -9,7 +9,7 @@ so every block the job ever allocates is in the snapshot: the snapshot converted
 ``torch_snapshot_to_csv.py`` and replayed through ``gpumem replay --resource exact`` must then peak at
 exactly PyTorch's peak of requested bytes (``memory_stats()["requested_bytes.all.peak"]``): the
 snapshot's alloc entries carry the size the caller asked for. ``max_memory_allocated`` counts the
-caching allocator's rounded block sizes and is a little higher (0.5% on the H200 run).
+caching allocator's rounded block sizes and is a little higher.
 
 The job: a small GPT-style decoder (pure torch, no downloads) trained with AdamW for a few steps on
 random tokens whose batch and sequence length change every step (the varying shapes that fragment

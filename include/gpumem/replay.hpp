@@ -57,8 +57,8 @@ struct replay_options {
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
   // A soak's: called right after each pass, outside the clock, on the replaying thread; its figure
   // is logged with the pass (soak_pass::host_probe_ns). The CLI's (`--host-probe`) times a fixed
-  // piece of work, so a slow pass can be told from a host that ran slow just then (the device
-  // hosts change speed within milliseconds: bench/RESULTS.md, sessions 22 and 24).
+  // piece of work, so a slow pass can be told from a host that ran slow just then (shared hosts
+  // change speed within milliseconds).
   std::function<double()> host_probe;
 };
 

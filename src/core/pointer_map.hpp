@@ -22,10 +22,9 @@ class pointer_map {
   }
   const V* find(std::uintptr_t key) const noexcept { return const_cast<pointer_map*>(this)->find(key); }
   // At most a quarter full: a lookup then finds its key at the first slot nearly always (a free's
-  // common path does one), where at half full a second probe came often enough, and at random,
-  // to cost bert's warm replay 0.12 mispredicted branches per operation (callgrind's model). The
-  // price is twice the table: 16 B a slot, 4 to 8 slots for each block a thread's front cache
-  // holds (bench/RESULTS.md, session 22).
+  // common path does one), where at half full a second probe comes often enough, and at random,
+  // to cost mispredicted branches on the common path. The price is twice the table: 16 B a slot,
+  // 4 to 8 slots for each block a thread's front cache holds.
   [[gnu::always_inline]] void insert(std::uintptr_t key, const V& value) {
     if ((size_ + 1) * 4 > mask_ + 1) [[unlikely]] grow();
     std::size_t i = slot_of(key);

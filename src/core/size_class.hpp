@@ -18,9 +18,8 @@ inline constexpr std::size_t classes_per_doubling = 8;
 // Up to 4 KiB the same formula with the step held at 256 B (m's bit width taken as 12: bit 11 is
 // set before it is measured, which also spares the zero case) gives the linear classes: top =
 // m / 256 is 0..15 and the index 8 * 8 + top - 64 = top. So there is no branch between the two
-// ranges: request sizes come in no order a branch predictor can learn (bert's trace: 0.18 of its
-// ~2 mispredicted branches per operation were that test under callgrind's model, bench/RESULTS.md,
-// session 22).
+// ranges: request sizes come in no order a branch predictor can learn, so such a test would be
+// mispredicted often on the common path.
 struct class_and_size {
   std::size_t index;
   std::size_t bytes;

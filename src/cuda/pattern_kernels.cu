@@ -14,7 +14,7 @@ using verify_detail::verify_pattern;
 using verify_detail::word_bytes;
 
 constexpr unsigned block_threads = 256;
-constexpr std::size_t max_blocks = 1024;  // ~8 resident blocks per SM on an H200's 132 SMs
+constexpr std::size_t max_blocks = 1024;  // enough resident blocks to fill every SM of a large GPU
 
 __global__ void stamp_kernel(std::uint32_t* words, std::size_t count, std::uint64_t tag) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count;

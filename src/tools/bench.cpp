@@ -291,7 +291,7 @@ int run_bench(const bench_args& args) {
     if (json_file.is_open()) json_file << line << '\n' << std::flush;  // kept if a later run dies
   };
   // With --rounds, the allocators take turns: every round runs each of them once, the even rounds in
-  // reverse order, so a host that changes speed under the run (H200 hosts do, within seconds)
+  // reverse order, so a host that changes speed under the run (shared hosts do, within seconds)
   // weighs on each allocator alike; a figure is then the median of its rounds.
   std::vector<std::vector<bench_result>> rounds;
   for (int round = 1; round <= args.rounds; ++round) {

@@ -1,9 +1,9 @@
 // A front cache whose arena blocks' budget (or a large bin) is full makes room for a newly freed
 // block by giving its oldest cached ones back to the arena (pool.cpp, make_room), rather than
 // refusing the new one: the shapes a job frees now are those it asks for next. Before, the budget
-// filled once with shapes a job no longer asked for and then refused every newer block (bert's
-// trace, batch shapes at random: 97 % of its large frees, and nearly as many large requests, went
-// to the pool's lock). Each test below fails that way. Evicted blocks go back as freed on their
+// filled once with shapes a job no longer asked for and then refused every newer block (on a trace
+// with batch shapes at random nearly every large free, and as many large requests, went to the
+// pool's lock). Each test below fails that way. Evicted blocks go back as freed on their
 // bin's stream: the stream clock, not the front cache, says when another stream may have them.
 #include <gtest/gtest.h>
 

@@ -364,8 +364,8 @@ TEST(GrowBeforeReclaim, RejectsAFrontCacheGrowFractionThatIsNoFraction) {
 namespace {
 // Large blocks cached while a thread's live bytes were high stay cached after they fall; they must
 // not spend the small blocks' budget. Before slots and arena blocks were counted apart, every small
-// free then went back to its slab and every small request refilled from there (growing first,
-// bert's trace: 9 small requests in 10; by default, llama's: nearly every one). Returns the refills
+// free then went back to its slab and every small request refilled from there (on the shared
+// traces, most small requests under either policy). Returns the refills
 // a loop of small pairs cost after the large blocks were freed.
 std::uint64_t refills_after_large_blocks_fell(const pool_options& po) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .auto_complete = true}, po);

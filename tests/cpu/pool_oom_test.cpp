@@ -128,8 +128,8 @@ TEST_P(Oom, EveryUpstreamCallRefusedThrowsAndLeavesNothing) {
 }
 
 // A request larger than the device (a size computed wrong, say) must not leave the pool holding
-// the device: on the H200 a 200 GiB request left 139 GiB reserved as spares, memory no other
-// user of the GPU could then have (session 7).
+// the device: memory it reserved on the way, as spares, is memory no other user of the GPU could
+// then have.
 TEST_P(Oom, ARequestLargerThanTheDeviceTakesNoMemoryOnTheWay) {
   sim_pool_rig r(sim_options{.capacity_bytes = 256 * MiB, .virtual_memory = GetParam()}, pool_options{});
   void* a = r.allocate(16 * MiB, 256, 0);

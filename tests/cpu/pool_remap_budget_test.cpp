@@ -128,7 +128,7 @@ TEST(RemapTimeBudget, BadValuesAreRefused) {
   EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument);
 }
 
-// The example inference trace, 36 µs charged per granule moved (the H200's cost): a budget of 5 %
+// The example inference trace, 36 µs charged per granule moved (a GPU's cost): a budget of 5 %
 // of the replay's time moves a fraction of the granules the unbounded pool moves, and every
 // request is still served.
 TEST(RemapTimeBudget, OnAVaryingShapeTraceTheBudgetCutsTheMoves) {

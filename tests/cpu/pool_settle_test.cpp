@@ -117,8 +117,8 @@ TEST(SettleStreams, MemoryFreedOnAStreamStillRunningIsNotHandedToAnother) {
   p.check_invariants();
 }
 
-// The trace whose second pass grows without it: bert's, growing first, mapped 48 granules more in
-// its second pass (1.306 -> 1.488 of peak live). Settling between passes, every pass lands where the
+// The trace whose second pass grows without it: bert's, growing first, maps granules in its second
+// pass that its first did not need. Settling between passes, every pass lands where the
 // first did: not one granule mapped after it, and the first pass's reserve throughout.
 TEST(SettleReplay, EveryPassRepeatsTheFirstOnBertsTrace) {
   const std::filesystem::path path = std::filesystem::path(GPUMEM_SHARED_TRACES) / "bert_infer_varlen.csv.gz";

@@ -2,8 +2,8 @@
 // thread's front cache keeps for the request's stream (pool.cpp, take_back_others). PyTorch's
 // backward pass runs on a thread of its own and frees there the activations the next forward pass
 // asks for on the main thread: without this, those blocks stayed in the backward thread's cache
-// and the main thread grew beside them (a live ResNet run, replayed on its two recorded threads:
-// 1.193x peak live reserved; with it 1.081).
+// and the main thread grew beside them (as a live ResNet run replayed on its two recorded threads
+// shows).
 #include <gtest/gtest.h>
 
 #include <semaphore>

@@ -330,7 +330,7 @@ TEST_P(SharedTraces, ReadCompletely) {
   }
   EXPECT_EQ(allocs + frees, rows);  // these traces hold no failures
   EXPECT_GE(allocs, frees);
-  // Generous even for sanitizer or debug builds; a release build reads llama_serve in ~0.2 s.
+  // Generous even for sanitizer or debug builds; a release build reads llama_serve far faster.
   EXPECT_LT(seconds, 10.0) << file;
   std::printf("[   info   ] %s: %zu rows in %.3f s\n", file, t.records.size(), seconds);
 }
