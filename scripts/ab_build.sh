@@ -3,7 +3,7 @@
 #   scripts/ab_build.sh OUTDIR REF [REF...]    REF: a git revision, or WORK for the working tree
 #   e.g.  scripts/ab_build.sh /tmp/ab HEAD WORK && /tmp/ab/ab pair:512 pair:16M churn \
 #           replay:../shared/traces/bert_infer_varlen.csv.gz
-# REFs from 908165d on: each build must have gpumem::parse_byte_size, with which the
+# REFs from 908165d (session 21) on: each build must have gpumem::parse_byte_size, with which the
 # command line's sizes are read. The first REF is the base every ratio is taken against. Each build
 # is the library alone (no CUDA, no tests), compiled with -Dgpumem=gpumem_vN so the builds' symbols
 # do not meet. The binary links libstdc++ statically, so it runs on the device hosts as it is (it

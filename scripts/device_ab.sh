@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU call: the GPU suite on this build; builds of gpumem compared on the host's
+# One GPU call (session 23): the GPU suite on this build; builds of gpumem compared on the host's
 # CPU in one process (bench/ab, no GPU needed), so the host's changes of speed fall on every build
 # alike; gpumem against its base on the GPU (scripts/device_paired.sh); every allocator on every
 # pattern in one process (scripts/device_bench.sh). Logs packed under $OUT; a summary printed last.

@@ -12,8 +12,8 @@
 #      GPUMEM_DIST (default .carry/bench), SKIP_TORCH=1, BENCH_FLAGS (more `gpumem bench` flags, e.g.
 #      "--grow-before-reclaim": gpumem's pool options; the peers are untouched by them),
 #      PIN (a CPU list for taskset: the one-thread patterns run pinned there, one process each, and
-#      threads on every core; it keeps the scheduler from moving the process, but a host's speed
-#      changes with the moment, not the core), PEER_LIB (a prebuilt libgpumem_torch_peer.so: no build here),
+#      threads on every core; it keeps the scheduler from moving the process, but session 21's
+#      per-core sweep found the host's speed changing with the moment, not the core), PEER_LIB (a prebuilt libgpumem_torch_peer.so: no build here),
 #      ROUNDS (default 1: `gpumem bench --rounds`, the allocators taking turns that many times).
 set -euo pipefail
 cd "$(dirname "$0")/.."

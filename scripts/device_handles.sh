@@ -47,7 +47,7 @@ fi
 IFS='|' read -r -a policies <<< "${POLICIES-|--grow-before-reclaim}"
 label_of() { echo "$1" | sed 's/--grow-before-reclaim/grow/; s/--reclaim-own-first/own/; s/--front-cache-peak-fraction /peak/; s/--//g; s/ /+/g'; }
 # Runs outermost: the binaries and policies take turns, so a host that is slower for a while
-# (shared hosts change speed over minutes) does not fall on one binary's runs alone.
+# (H200 hosts vary up to 2x over minutes) does not fall on one binary's runs alone.
 for run in $(seq 1 "${RUNS:-1}"); do
   for bin in ${BINS:-gpumem-base gpumem}; do
     [[ -x "$D/$bin" ]] || continue

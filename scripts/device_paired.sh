@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Paired speed runs on the device: the carried gpumem-base and gpumem take turns ROUNDS times
 # (default 5), each `gpumem bench PATTERN --reps 3` with POLICY's flags, so a host whose speed
-# drifts over minutes slows both alike; compare round by round.
+# drifts over minutes (H200 hosts: up to 2x) slows both alike; compare round by round.
 #   here:   .carry/gpu/{gpumem,gpumem-base,traces} as for device_handles.sh
 #   device: run(command="bash scripts/device_paired.sh", carry=[".carry/gpu"])
 # Env: ROUNDS, PATTERNS (default "replay pair"), POLICY (default --grow-before-reclaim), ORDER (the
@@ -9,8 +9,8 @@
 #      ALLOCATOR (default gpumem-gpu; gpumem-sim with POLICY="... --simulate" tries it without a GPU),
 #      PIN (a CPU list for taskset: every run on those cores; it does not hold the host's speed).
 # Before every run the host's speed is taken: base's simulated 512 B alloc+free pair (0.2 s, no GPU),
-# the same instructions every time, so it moves only with the host. A host may switch between
-# speeds within seconds; each figure's ratio is then also given over the two
+# the same instructions every time, so it moves only with the host. Session 21's H200 host switched
+# between two speeds ~1.8x apart within seconds; each figure's ratio is then also given over the two
 # runs' host figures ("host-adjusted"), which takes out what the host did between them.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ W="${OUT:-/tmp/gpumem-paired}/w"
 mkdir -p "$W"
 for i in $(seq 1 "${ROUNDS:-5}"); do
   # By default the two take turns going first (ABBA...): a host that speeds up or slows down within a
-  # round then favours neither.
+  # round then favours neither (session 20's H100 host sped up under base's half of a round).
   order=${ORDER:-gpumem-base gpumem}
   if [[ -z "${ORDER:-}" && $((i % 2)) -eq 0 ]]; then order="gpumem gpumem-base"; fi
   for bin in $order; do

@@ -8,6 +8,7 @@
 #   device: run(command="bash scripts/device_perf.sh", carry=[".carry/perf", ".carry/gpu"])
 # (.carry/gpu/traces as for device_replay_passes.sh). `stage` copies the unstripped gpumem of
 # BUILD (default build-carry), whose symbol table names the functions perf samples.
+# Session 30 ran it here only (RES=pool): no device time was left to run it on a device host.
 # Env: OUT (default ./perf-out), PASSES (default 1000), TRACES (default bert_infer_varlen
 # resnet50_train), RES (default gpu-pool; `pool` tries the script on the simulated device).
 set -u

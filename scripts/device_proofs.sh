@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One short GPU call that proves what only a GPU can:
+# One short GPU call that proves what only the H200 can (session 2's device time was ~4 minutes):
 #   1. a real PyTorch snapshot, converted and replayed, peaks at PyTorch's max_memory_allocated;
 #   2. the soak: the serving trace on gpu-pool for >= 10^8 operations with integrity checks;
 #   3. the GPU tests of the pool, the soak and the cross-stream proof;
-#   4. gpumem's own speed figures (scripts/device_bench.sh times the peers beside it).
+#   4. gpumem's own speed figures (the peers were measured before; see bench/RESULTS.md).
 # Binaries are built here and carried in one folder with the traces:
 #   device: run(command="bash scripts/device_proofs.sh .carry/gpu", carry=[".carry/gpu"])
 # Each step has its own timeout so one slow step cannot eat the others' time; logs under $OUT.

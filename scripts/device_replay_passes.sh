@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Host time of every pass when gpumem's GPU pool replays each shared trace many times (growing
 # first), with the host's speed taken before each replay: shows whether the one warm pass `gpumem
-# bench` times stands for the passes after it, and how fast the host's speed moves (a shared
-# host can change speed within a few passes).
+# bench` times stands for the passes after it, and how fast the host's speed moves (session 22: an
+# H100 host's bert passes went 44.9 -> 26.1 ns/op within 12 passes, ~15 ms).
 #   device: run(command="bash scripts/device_replay_passes.sh", carry=[".carry/gpu"])
 #   (.carry/gpu/gpumem built as for device_paired.sh; traces in .carry/gpu/traces)
 # Each pass is followed (outside the clock) by `--host-probe`: the same simulated pair timed for
 # ~0.1 ms in the replaying process, so a slow pass shows whether the host ran slow just then
-# (needs a gpumem with `replay --host-probe`; older builds refuse the flag).
+# (needs a gpumem with `replay --host-probe`, session 25 on; older builds refuse the flag).
 # Env: ROUNDS (default 3), PASSES (default 12), POLICY (default --grow-before-reclaim).
 set -u
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU call for the speed figures: the GPU tests; every allocator on every pattern
+# One GPU call for the Speed issue (session 4): the GPU tests; every allocator on every pattern
 # (scripts/device_bench.sh: gpumem's default pool, cudaMalloc, cudaMallocAsync, CUB, PyTorch's
 # caching allocator); gpumem again with --grow-before-reclaim; the threads pattern on the simulated
 # device under both policies; each shared trace replayed on the GPU pool under both (peak reserved

@@ -1,6 +1,7 @@
 // bench/ab: several builds of gpumem timed in one process, taking turns in windows of about a
-// millisecond, so that a host whose speed changes (shared hosts switch between speeds within
-// milliseconds to seconds) slows every build alike. Each figure is the median over windows, and each build's ratio
+// millisecond, so that a host whose speed changes (the device hosts and this project's CI machine
+// switch between two speeds ~1.8x apart within milliseconds to seconds, bench/RESULTS.md, sessions
+// 21-23) slows every build alike. Each figure is the median over windows, and each build's ratio
 // to the first build is the median of the ratios of adjacent windows (one window of each build,
 // back to back, in an order that rotates).
 //
@@ -92,7 +93,7 @@ int main(int argc, char** argv) try {
     std::vector<std::unique_ptr<char[]>> pads;
     for (int l = 0; l < layouts; ++l) {
       // Where a build's hot structures fall relative to each other (4 KiB aliasing, cache sets)
-      // moves its speed by several percent on one size and not the next: each layout builds every pool
+      // moves its speed by up to ~15% on one size and not the next: each layout builds every pool
       // anew after a heap allocation of random size, in a random order, and the figures pool them.
       pads.push_back(std::make_unique<char[]>(std::uniform_int_distribution<std::size_t>(1, 1 << 16)(rng)));
       std::vector<std::size_t> order(ab_variant_count);

@@ -1,6 +1,7 @@
 // Does memory made of separately created physical handles stream slower than cudaMalloc's, and
-// does a larger handle fix it? (A copy through memory of 2 MiB handles mapped one by one, the
-// tight policy's, can run below the same copy through cudaMalloc.) For handle sizes 2..512 MiB and for cudaMalloc: two 1 GiB ranges, a device-to-device
+// does a larger handle fix it? On the H200 a 1 GiB copy through gpumem's default memory (2 MiB
+// handles mapped one by one) ran 14-24 % below the same copy through cudaMalloc (bench/RESULTS.md,
+// session 4). For handle sizes 2..512 MiB and for cudaMalloc: two 1 GiB ranges, a device-to-device
 // copy between them, and a kernel that reads one and writes the other; GB/s moved (read + write),
 // medians of 20, CUDA-event timing.
 // Standalone: nvcc -O2 -arch=sm_90 vmm_bandwidth.cu -lcuda -o vmm_bandwidth

@@ -1,5 +1,5 @@
 // Cost of each CUDA virtual-memory driver call on 2 MiB granules, with the GPU idle and with a kernel
-// running: the costs the slow path's design weighs (docs/design.md).
+// running: the figures behind the slow path's design (docs/design-notes.md, bench/RESULTS.md).
 // Standalone (not part of the CMake build): nvcc -O2 -arch=sm_90 vmm_call_cost.cu -lcuda -o vmm_call_cost
 #include <cuda.h>
 #include <cuda_runtime.h>

@@ -2,10 +2,10 @@
 // How fast the host runs right now: a fixed piece of the pool's own work (the simulated device's
 // 512 B alloc+free pair, the same instructions every time) timed for a short while. `gpumem
 // bench` takes it before every pattern of every allocator and writes it beside the figures, so a
-// run on a shared host says which figures it took while the host ran slow (a host that switches
-// between speeds within seconds makes a median of a few runs one speed or the other, or between).
-// `gpumem replay --host-probe` takes it after every pass of a soak, where a host's slow phase of
-// milliseconds would otherwise pass for a slow pass.
+// run on a shared host says which figures it took while the host ran slow. (Session 21's H200 host
+// switched between two speeds ~1.8x apart within seconds: a median of three runs was then one
+// speed or the other, or between.) `gpumem replay --host-probe` takes it after every pass of a
+// soak, where a host's slow phase of ~10 ms would otherwise pass for a slow pass.
 #include <memory>
 
 namespace gpumem::tools {

@@ -4,7 +4,7 @@
     gpumem.torch.use()          # first thing: before any CUDA tensor exists
 
 Through torch.cuda.memory.CUDAPluggableAllocator. What that interface leaves out, and the gpumem
-call that stands in (see the README, "Using it from PyTorch or CuPy"):
+call that stands in (see docs/pytorch.md):
   torch.cuda.memory_stats / max_memory_allocated / reset_peak_memory_stats raise for a pluggable
   allocator ("does not yet support getDeviceStats")  -> gpumem.stats(), gpumem.reset_peaks()
   torch.cuda.empty_cache() reaches it only through a reset hook  -> wired here when this torch
