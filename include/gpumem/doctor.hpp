@@ -12,8 +12,8 @@
 //                         warning at peak reserved / peak live >= 1.20, error at >= 1.50.
 //   slow-path-remapping   with the fragmentation replays: the granules the default pool maps and
 //                         unmaps per 1000 ops to stay that tight, what those driver calls alone
-//                         would cost at the per-granule driver costs in doctor_thresholds
-//                         (map_us_per_granule, unmap_us_per_granule), and the same
+//                         would cost on an H200 (27.5 µs per granule mapped with its access set,
+//                         16 µs per granule unmapped: bench/RESULTS.md, session 3), and the same
 //                         trace replayed with idle_budget 0.05 beside it; and, when the pool remaps
 //                         at all, an initial reserve (pool_options::initial_reserve_bytes) sized to
 //                         what the pool growing first reaches in two passes, with the granules the

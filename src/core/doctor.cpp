@@ -110,9 +110,10 @@ double second_pass_remapped_per_1000_ops(const replay_result& r) {
 // two passes — the footprint at which a repeating job stops asking the driver for memory — and the
 // figures are the default pool replayed twice on that reserve. The default pool places blocks
 // its own way, so that footprint may fall a little short for it: while its second pass still
-// remaps, the reserve grows by a sixteenth of the start, at most reserve_search_steps times. A
-// smaller reserve is no sure saving: below the working set the default pool keeps moving granules
-// to stay tight. False, with the reason in `skipped`, when it cannot be replayed.
+// remaps, the reserve grows by a sixteenth of the start, at most reserve_search_steps times (bert's
+// trace: 754 MiB growing first, 80 granules a pass by default on it, none on 801 MiB). A smaller
+// reserve is no sure saving: on bert's trace 600–700 MiB still moved 400–675 granules a pass
+// (bench/RESULTS.md, session 17). False, with the reason in `skipped`, when it cannot be replayed.
 constexpr int reserve_search_steps = 4;
 bool reserve_alternative(const trace& t, const doctor_options& opts, finding& f, std::string& sentence,
                          doctor_report& out) {

@@ -174,7 +174,7 @@ int run(const replay_args& a) {
   base.recorded_threads = a.recorded_threads;
   base.settle_between_passes = a.settle;
   // One probe for the whole run, set up here (outside every pass), timing ~5,000 pairs (~0.1 ms)
-  // after each pass: short next to a host's slow phase of milliseconds. Its pool then holds the thread's
+  // after each pass: short next to a host's slow phase of ~10 ms. Its pool then holds the thread's
   // last-pool slot, so the replayed pool's next call (a free of what the pass left live, outside
   // the clock, or else the next pass's first request) finds its front cache by a search of the
   // thread's short list of pools.

@@ -328,7 +328,7 @@ TEST(Doctor, FragmentationWithTheRealReplay) {
   EXPECT_EQ(f.at("pool_failed_allocations"), 0);
 }
 
-// slow-path-remapping on the real engine: the default pool's granule traffic priced at the
+// slow-path-remapping on the real engine: the default pool's granule traffic priced at the H200's
 // per-granule driver costs, and the same replay with the alternative idle budget beside it.
 TEST(Doctor, SlowPathRemappingPricesTheDefaultPoolsDriverCalls) {
   const auto t = varlen_example();
@@ -350,8 +350,8 @@ TEST(Doctor, SlowPathRemappingPricesTheDefaultPoolsDriverCalls) {
 
 // The reserve beside it: the size starts at what the pool growing first reaches in two passes and
 // grows by sixteenths of that while the default pool's second pass on it still remaps; on the
-// reserve quoted it remaps far less than without one (on this example, a reserve two sixteenths
-// above the start remaps nothing in the second pass).
+// reserve quoted it remaps far less than without one (this example: none against ~740 granules
+// per 1000 ops, on 440 MiB and 2/16 more; on 440 MiB alone ~15).
 TEST(Doctor, SlowPathRemappingQuotesAnInitialReserveSizedByGrowingFirst) {
   const auto t = varlen_example();
   const auto r = gpumem::diagnose(t, with_the_real_replay());

@@ -4,7 +4,7 @@
     gpumem.torch.use()          # first thing: before any CUDA tensor exists
 
 Through torch.cuda.memory.CUDAPluggableAllocator. What that interface leaves out, and the gpumem
-call that stands in (see docs/pytorch.md):
+call that stands in (see the README, "PyTorch and CuPy"):
   torch.cuda.memory_stats / max_memory_allocated / reset_peak_memory_stats raise for a pluggable
   allocator ("does not yet support getDeviceStats")  -> gpumem.stats(), gpumem.reset_peaks()
   torch.cuda.empty_cache() reaches it only through a reset hook  -> wired here when this torch
@@ -31,7 +31,7 @@ def use(**options):
     memory on every step, for up to 5% of live memory kept idle; idle_budget=0 asks for the
     tightest reserve, and reserve_ceiling=1.03 keeps the budget's savings only while peak
     reserved stays within 1.03x peak live; with front_cache_bytes=0 as well, large freed blocks go
-    straight back to the pool, the tightest reserve.
+    straight back to the pool, the tightest reserve measured (README, "The tightest reserve").
     Must run before the first CUDA allocation: PyTorch refuses to swap an allocator in use.
     Calling it again after success is a no-op (and options must then be empty)."""
     global _allocator
