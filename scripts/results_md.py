@@ -10,7 +10,8 @@ several runs (a header each), e.g. one per pool policy. RESULTS.md holds one sec
   python3 scripts/results_md.py --check          exit 1 if bench/RESULTS.md is not what it would write
   python3 scripts/results_md.py record bench/results/h100.jsonl --device "NVIDIA H100 80GB HBM3" \\
       --commit SHA --command "gpumem bench all ..." [--date YYYY-MM-DD] [--cpu MODEL] [--append] < run.jsonl
-                                                 store a run (replacing the file's runs unless --append)
+                                                 store a run (replacing the file's runs unless --append);
+                                                 --info info.json (`gpumem info --json`) names the device
 """
 from __future__ import annotations
 
@@ -243,9 +244,9 @@ def render(results_dir: pathlib.Path) -> str:
         "device) and the JSON lines `gpumem bench --json` wrote. To record a run:",
         "",
         "```sh",
-        "gpumem bench all --grow-before-reclaim --rounds 5 --json-out run.jsonl",
-        "python3 scripts/results_md.py record bench/results/MODEL.jsonl --device \"DEVICE NAME\" \\",
-        "    --commit \"$(git rev-parse --short HEAD)\" --command \"gpumem bench all ...\" < run.jsonl",
+        "scripts/gpu_check.sh --out out        # on a GPU: out/bench.jsonl (gpumem bench all --json-out), out/info.json",
+        "python3 scripts/results_md.py record bench/results/MODEL.jsonl --info out/info.json \\",
+        "    --commit \"$(git rev-parse --short HEAD)\" --command \"gpumem bench all ...\" --input out/bench.jsonl",
         "python3 scripts/results_md.py          # rewrites this file; ctest checks it is current",
         "```",
         "",
@@ -289,7 +290,19 @@ def cmd_record(args) -> int:
     if not records:
         print("results_md.py record: no bench records on the input", file=sys.stderr)
         return 2
-    header = {"record": "run", "device": args.device, "commit": args.commit,
+    device = args.device
+    if args.info:
+        try:
+            with open(args.info, encoding="utf-8") as f:
+                first = next((line for line in f if line.strip()), "")
+            device = device or json.loads(first)["name"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"results_md.py record: --info {args.info}: no device name in it ({e})", file=sys.stderr)
+            return 2
+    if not device:
+        print("results_md.py record: name the device with --device or --info", file=sys.stderr)
+        return 2
+    header = {"record": "run", "device": device, "commit": args.commit,
               "date": args.date or datetime.date.today().isoformat(), "command": args.command}
     if args.cpu:
         header["cpu"] = args.cpu
@@ -302,7 +315,7 @@ def cmd_record(args) -> int:
     with out.open("a" if args.append else "w", encoding="utf-8") as f:
         for obj in [header] + records:
             f.write(json.dumps(obj, sort_keys=False, separators=(",", ":")) + "\n")
-    print(f"results_md.py: {len(records)} records of {args.device} in {out}")
+    print(f"results_md.py: {len(records)} records of {device} in {out}")
     return 0
 
 
@@ -338,7 +351,8 @@ def main(argv=None) -> int:
     if argv[:1] == ["record"]:
         p = argparse.ArgumentParser(prog="results_md.py record", description="store a bench run under bench/results/")
         p.add_argument("out", help="the device model's file, e.g. bench/results/h100.jsonl")
-        p.add_argument("--device", required=True, help="device name as the GPU reports it, e.g. 'NVIDIA H100 80GB HBM3'")
+        p.add_argument("--device", help="device name as the GPU reports it, e.g. 'NVIDIA H100 80GB HBM3'")
+        p.add_argument("--info", help="`gpumem info --json` output of the device: its name, when --device is not given")
         p.add_argument("--commit", required=True, help="the commit the measured build was made from")
         p.add_argument("--command", required=True, help="the command that measured it")
         p.add_argument("--date", help="YYYY-MM-DD (default: today)")

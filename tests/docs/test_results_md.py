@@ -118,6 +118,14 @@ class ResultsMd(unittest.TestCase):
             self.assertEqual(len(runs[0]["records"]), len(RECORDS))
             self.assertEqual(quiet(results_md.main, base + ["--append"])[0], 0)
             self.assertEqual(len(results_md.read_runs(out)), 2)
+            info = pathlib.Path(d) / "info.json"
+            info.write_text(json.dumps({"device": 0, "name": "NVIDIA From Info"}) + "\n")
+            from_info = [a for a in base if a not in ("--device", "NVIDIA Test GPU")] + ["--info", str(info)]
+            self.assertEqual(quiet(results_md.main, from_info)[0], 0)
+            self.assertEqual(results_md.read_runs(out)[0]["header"]["device"], "NVIDIA From Info")
+            rc, err = quiet(results_md.main, [a for a in base if a not in ("--device", "NVIDIA Test GPU")])
+            self.assertEqual(rc, 2)
+            self.assertIn("name the device", err)
             bad = write(d, "bad.jsonl", [{"pattern": "pair"}])
             rc, err = quiet(results_md.main, base[:-1] + [str(bad)])
             self.assertEqual(rc, 2)
