@@ -50,7 +50,7 @@ class node_recycler {
   // Nodes start on a cache line and their sizes round up to whole lines. A tree walk reads a node's
   // links and key, its first 40 bytes: at operator new's 16-byte alignment a node could have them
   // across two lines, so a level of the walk waited for two loads, not one; a block's node (112 B,
-  // now 128) also keeps its size, state and stream on the first line, beside the key.
+  // rounded to 128) also keeps its size, state and stream on the first line, beside the key.
   static constexpr std::size_t line = 64;
   static constexpr std::size_t slots = 4;  // nodes up to 256 B; larger ones use the heap directly
   static constexpr std::size_t slot_of(std::size_t bytes) noexcept { return (bytes + line - 1) / line - 1; }
