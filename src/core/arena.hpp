@@ -1,7 +1,13 @@
 #pragma once
 // The arena: a best-fit index over the blocks of the pool's address ranges. Splits, coalesces with
 // both neighbours, grows, and — on a virtual upstream — maps, harvests and releases granules.
-// Not thread-safe: the pool calls it under its lock.
+// Not thread-safe: the pool calls it under its lock. Its code, one job a file:
+//   arena.cpp           construction, allocate / deallocate, promote, release: the entry points.
+//   arena_index.cpp     the best-fit index: blocks, free lists, runs, the place search, carving.
+//   arena_physical.cpp  the physical map: handles per granule, map and unmap, spares, kept mappings.
+//   arena_moves.cpp     where a window's granules come from: spares, harvest, stream-ordered
+//                       moves, oversized handles given back, growth; the remap time budget.
+//   arena_inspect.cpp   reports and the invariant check.
 //
 // Free blocks are either stream-owned (freed on S: reusable by S at once, by others only after the
 // stream clock says S has run past the free) or ready (reusable by all). Neighbours coalesce only
@@ -15,7 +21,7 @@
 // touches is mapped) or unmapped (whole granules, none mapped); a *run* is a maximal stretch of
 // free blocks (ready of either kind, or owned) side by side.
 //
-// The slow path (every granule mapped or unmapped is a driver call of tens of µs on a GPU):
+// The slow path (on a GPU every granule mapped or unmapped is a driver call):
 //  1. best fit by size among the runs the stream can use (ready blocks, its own owned blocks) —
 //     by address layout alone, so a program that repeats itself lands where it landed before;
 //  2. within the few best-fitting runs, the place that needs the fewest granules mapped (0 when
@@ -30,9 +36,8 @@
 // wrong size cost address space, not memory.
 //
 // Handles of several granules (arena_options::max_handle_bytes): growth makes one physical handle
-// for each run of missing granules, up to that size, mapped in one piece. On the H200 a copy over
-// memory of 2 MiB handles ran 26 % below cudaMalloc's and one of 32 MiB handles at its speed, and a
-// driver call costs the same for 2 MiB as for 128 MiB (bench/RESULTS.md). A mapping can only be
+// for each run of missing granules, up to that size, mapped in one piece: fewer driver calls, and
+// device copies over larger handles run faster. A mapping can only be
 // unmapped whole, so a handle moves whole: harvest takes only handles whose granules are all idle
 // and no larger than the run that needs them, and when only larger ones are idle the tight policy
 // gives one back to the upstream before it grows, so reserved memory does not grow for want of a
@@ -40,21 +45,20 @@
 //
 // Stream-ordered moves (arena_options::stream_ordered_moves). On a GPU the host runs ahead of the
 // device, and memory freed on stream S stays busy until S's work reaches the free: it cannot be
-// unmapped, and the tight policy grew beside it (bert on the H200: 1.28x live). But a request on S
+// unmapped, and the tight policy would grow beside it. But a request on S
 // itself may use that memory now — its work is queued behind the free. So a handle whose every
 // byte is free for S (ready, or owned by S) is mapped a second time under S's request, and its
 // old place *retires*: a block no one can allocate, still mapped so S's queued work can finish
 // there, unmapped (without a move or a growth) once the stream clock says S has run past the
 // frees in it — or, a single-granule handle, left mapped as a kept mapping (below). The
 // physical memory is counted once. Each handle has exactly one owner — one mapping that is not
-// retiring, or a spare — and any number of retiring places. Where moved
-// memory lands on a granule the request covers only in part, the rest of that granule becomes
+// retiring, or a spare — and any number of retiring places. Where moved memory lands on a granule the request covers only in part, the rest of that granule becomes
 // S's free memory, owned by S until S has run past the old place's frees, so no other stream can
 // use it early; a request that fails puts what it marked back as S's free memory (no driver call
 // was made).
 //
 // Kept mappings. A move costs two driver calls per granule — an unmap where the memory was idle and
-// a map plus access where it is needed (~15 and ~30 µs on the H200) — and a job that repeats
+// a map plus access where it is needed — and a job that repeats
 // itself moves the same granules back and forth between the same places every step. So a
 // single-granule handle moved away from granule G stays mapped at G as well: the arena counts G
 // unmapped (nothing is placed over it without mapping it again), but the driver's mapping remains,
@@ -83,6 +87,11 @@
 #include "gpumem/upstream.hpp"
 
 namespace gpumem::detail {
+
+// Says why a request failed, where the caller asked (`why` not null).
+inline void set_why(std::string* why, std::string text) {
+  if (why) *why = std::move(text);
+}
 
 struct arena_options {
   std::size_t min_segment_bytes = std::size_t{2} << 20;
@@ -224,9 +233,8 @@ class arena {
   // One stream's owned free blocks. Plain upstreams find the best fit among them by size
   // (`by_size`). Virtual upstreams place by runs (`place`) and never ask them by size on a
   // request's path, so there they are a list linked through the blocks themselves: a free and
-  // the coalescing after it link and unlink in a few instructions, where the ordered set cost a
-  // node, a search and a rebalance each (bert's and resnet's warm replays spent 26 and 21 of
-  // their ~350 instructions per operation on it). The few that want them by size (move_pending,
+  // the coalescing after it link and unlink in a few instructions, where an ordered set costs a
+  // node, a search and a rebalance each. The few that want them by size (move_pending,
   // largest_free_block) sort or scan.
   struct owned_blocks {
     free_index by_size;  // plain upstreams
@@ -364,7 +372,7 @@ class arena {
   // A run in runs_, ordered by size, then start. Its fields are mutable so reshape_run can change
   // a run in place where it keeps its rank among the others, which is most of the time (a run
   // loses or gains a block at one end): no node taken out and put back, no search for its new
-  // place, no rebalancing (those cost ~400 instructions a reshape, a tenth of a large miss).
+  // place, no rebalancing.
   struct run_by_size {
     mutable std::size_t size;
     mutable std::uintptr_t start;
@@ -374,8 +382,8 @@ class arena {
   // A run in run_at_, ordered by start: its length, and its entry in runs_ (so a run that changes
   // finds that entry without a search). Mutable for the same reason as run_by_size: runs never
   // overlap, so a run that gains or loses a block at its front keeps its rank by start, and its
-  // start changes in place (taking the node out and putting it back cost ~150 instructions on
-  // every carve from a run's front and every free just before one).
+  // start changes in place rather than by taking the node out and putting it back, on every carve
+  // from a run's front and every free just before one.
   struct run_entry {
     mutable std::uintptr_t start;
     mutable std::size_t size;
@@ -410,9 +418,7 @@ class arena {
   block_map blocks_{block_map::allocator_type(nodes_)};
   // Every block by its start, beside blocks_ (which keeps them in address order for the walks to
   // a block's neighbours): a lookup by address is a probe or two of a table, not a walk down the
-  // tree, each level of which waits for the load of the one above. On the device hosts' Xeons an
-  // arena call cost 700-900 cycles, most of it such chains (bench/RESULTS.md, session 27). Blocks
-  // enter and leave blocks_ only through emplace_block and erase_block, which keep the two alike;
+  // tree, each level of which waits for the load of the one above. Blocks enter and leave blocks_ only through emplace_block and erase_block, which keep the two alike;
   // check() compares them.
   pointer_map<block_map::iterator> block_at_start_;
   block_map::iterator emplace_block(std::uintptr_t a, block b) {
@@ -443,8 +449,7 @@ class arena {
   }
   // Ready blocks. Plain upstreams take the best fit among them by size (best_fit). Virtual ones
   // place by runs (`place`) and never ask them by size on a request's path, so there they are
-  // lists, as owned blocks are: one of the mapped, one of the unmapped (bench/RESULTS.md, session
-  // 28). largest_free_block scans.
+  // lists, as owned blocks are: one of the mapped, one of the unmapped. largest_free_block scans.
   free_index ready_{free_index::allocator_type(nodes_)};  // plain upstreams
   block_list ready_list_, void_list_;                     // virtual upstreams: mapped, unmapped
   std::unordered_map<stream_ref, owned_blocks> owned_;  // an entry for each stream that owns free blocks

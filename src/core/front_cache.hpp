@@ -11,7 +11,7 @@
 // (pop_fit): large sizes seldom repeat exactly, and that policy would rather hand out a block a
 // little too large than take the pool's lock for the arena's best fit. A freed arena block that
 // finds its bin full or the arena blocks' budget spent makes room: the oldest cached arena blocks
-// go back to the arena (pool.cpp, make_room), since the shapes a job frees now are those it asks
+// go back to the arena (pool_front.cpp, make_room), since the shapes a job frees now are those it asks
 // for next. Every block the front cache holds, live or cached, has one record (block_rec) for its
 // whole stay, found by address in
 // `index`: the common allocate pops a record from a bin and marks it live, the common free finds
@@ -100,14 +100,12 @@ inline constexpr std::size_t bin_count = size_class_of(std::size_t{1} << 47) + 1
 // Most blocks one bin keeps: about 400 / cbrt(size), 2 to 32. A bin's count moves like a random
 // walk when sizes come and go at random; refilling and trimming to half the limit makes the walk
 // last about (limit/2)^2 steps between two batches, and this shape spends a fixed byte budget where
-// it buys the most steps (simulated on the threads pattern: one batch per ~30 operations, ~25 MiB
-// cached, against one per ~4 with 32 blocks of every class under the same budget).
+// it buys the most steps (far fewer batches than 32 blocks of every class under the same budget).
 // Arena blocks (over 1 MiB) keep 32 by default, where the byte budget binds first. Growing first,
-// where large blocks may fill a share of live memory (pool.cpp, cache_budget), 16 / sqrt(MiB), 2 to
-// 16: a class of blocks is asked for about as often as another, and a smaller block costs less
-// memory for the same requests served (the same reasoning as above). Measured on the simulator
-// against 32 of every class: churn sent 2.6% of its allocations to the pool's lock, not 3.7%, and
-// the resnet trace's peak reserved / peak live was 1.05, not 1.09.
+// where large blocks may fill a share of live memory (pool_impl.hpp, cache_budget), 16 / sqrt(MiB),
+// 2 to 16: a class of blocks is asked for about as often as another, and a smaller block costs
+// less memory for the same requests served (the same reasoning as above): fewer requests go to
+// the pool's lock, at less reserved memory, than with 32 of every class.
 inline std::uint32_t bin_limit_for(std::size_t block_bytes, bool grow_first = false) noexcept {
   if (block_bytes > (std::size_t{1} << 20)) {
     if (!grow_first) return 32;
@@ -122,10 +120,9 @@ inline std::uint32_t bin_limit_for(std::size_t block_bytes, bool grow_first = fa
 // the address read here, so the caller gets it one load sooner than through the record (whose
 // fields it writes, and whose size it checks, beside that path rather than on it); the common free
 // stores the address it was given. A warm alloc+free pair is one chain of dependent loads, each
-// waiting for the last, and this (with rec_ref below) takes a link out of each half. It costs 9
-// instructions a pair (16 B items need a shift to index), yet on the device hosts' Xeons a pair
-// took 0.62-0.84 of the time it took without (bench/ab, all five sizes, two hosts; on the lead's
-// Zen 5, which runs the pair near its issue width, 1.02-1.05; bench/RESULTS.md, session 23).
+// waiting for the last, and this (with rec_ref below) takes a link out of each half. It costs a
+// few instructions a pair (16 B items need a shift to index), and saves more time than that
+// where the pair is bound by its loads rather than its instructions.
 struct bin_item {
   std::uintptr_t addr = 0;
   std::uint32_t rec = 0;
@@ -159,11 +156,9 @@ struct bin {
 struct stream_bins {
   stream_ref stream = 0;
   // Cached bytes by budget: held[0] slots, held[1] arena blocks, each kind with a budget of its own
-  // (pool.cpp, cache_budget). With one budget for both, the large blocks a thread cached while its
-  // live bytes were high filled it, and then every small free went back to its slab and every
-  // small request refilled from there: growing first, bert's trace 9 small requests in 10 (session
-  // 12); by default llama's nearly all of its 318,000 per pass (session 13). The warm replays of the
-  // shared traces ran 10-62 % fewer instructions growing first, 57 % fewer on llama by default.
+  // (pool_impl.hpp, cache_budget). With one budget for both, the large blocks a thread cached while
+  // its live bytes were high would fill it, and then every small free would go back to its slab
+  // and nearly every small request refill from there.
   std::size_t held[2] = {0, 0};
   // Which of `held` block `r` counts in (branch-free: the free's fast path computes it).
   static std::size_t budget_of(const block_rec& r) noexcept { return std::size_t{r.sl == nullptr}; }
@@ -207,10 +202,10 @@ class alignas(64) front_cache {
   std::uint64_t evictions = 0;             // cached arena blocks that made room for newer ones (pool_stats::front_evictions)
   // About how many bytes of arena blocks this front cache keeps in its bins, for other threads to
   // read without its lock: before the pool grows for a large request it takes back the large
-  // blocks another thread's front cache sits on (pool.cpp, take_back_others). It is the held[1]
+  // blocks another thread's front cache sits on (pool_reclaim.cpp, take_back_others). It is the held[1]
   // of the stream whose bin last took an arena block (so with one stream, what it held then),
   // stored by the free that pushed it: one plain store on that path, none on the allocation's
-  // (a sum kept exact on both cost a 16 MiB alloc+free pair 13 of its ~245 instructions). It
+  // (a sum kept exact on both would cost every large alloc+free pair several instructions). It
   // runs ahead of the truth while the thread takes blocks back out; the pool then looks, under
   // the cache's lock, and finds less.
   std::atomic<std::size_t> arena_cached_bytes{0};
@@ -340,10 +335,9 @@ class alignas(64) front_cache {
     x.items[x.count++] = {addr, i};
     held += r.block_bytes;
     // Only arena blocks: they alone are evicted by age (make_room; slots go to their slabs), and
-    // the hint is about them. (Storing it on every push spares a branch that callgrind's model
-    // found mispredicted 0.15 times per operation of bert's warm replay, session 22, but then a
-    // stream's slot frees would hide the arena blocks its thread keeps for another stream from
-    // take_back_others.)
+    // the hint is about them. (Storing it on every push would spare an often mispredicted branch,
+    // but then a stream's slot frees would hide the arena blocks its thread keeps for another
+    // stream from take_back_others.)
     if (!r.sl) {
       r.cached_at = fast_frees;
       arena_cached_bytes.store(sb.held[1], std::memory_order_relaxed);
@@ -354,11 +348,11 @@ class alignas(64) front_cache {
   // Takes the oldest cached arena block of `sb` out of its bin (the oldest of the bins' bottom
   // blocks: a bin keeps its newest last); none if none. Making room for a newer one: the blocks a
   // job frees now are the shapes it asks for next, while one cached long ago is a shape it has
-  // moved on from (bert's trace, batch shapes at random: blocks of past batches filled the budget
-  // and refused 97 % of the large frees growing first, which all went to the pool's lock). Looks
-  // only at the bins that hold an arena block of this front cache (arena_bins_), and at the bottom
-  // of each: the free's common path keeps no order beyond the stamp (an ordered list of cached
-  // blocks, pushed on every free, cost the 16 MiB alloc+free pair 19-35 instructions of ~241).
+  // moved on from (with batch shapes at random, blocks of past batches would fill the budget and
+  // refuse nearly every large free). Looks only at the bins that hold an arena block of this front
+  // cache (arena_bins_), and at the bottom of each: the free's common path keeps no order beyond
+  // the stamp (an ordered list of cached blocks, pushed on every free, would cost every large
+  // alloc+free pair more).
   std::uint32_t take_oldest_arena_block(stream_bins& sb) noexcept {
     bin* oldest = nullptr;
     for (std::size_t w = 0; w < arena_bins_.size(); ++w) {

@@ -1,7 +1,7 @@
 #pragma once
 // Tree nodes for the arena's indexes, kept for reuse. Every split, carve and coalesce allocates or
-// frees a node of the arena's std::map / std::set indexes; on bert's replay the heap's new and
-// delete for them were about a seventh of the pool's instructions (bench/RESULTS.md, session 10).
+// frees a node of the arena's std::map / std::set indexes, and the heap's new and delete for them
+// would be a large share of the pool's instructions.
 // A node freed here goes on a free list of its size and is handed out again at the cost of a
 // pointer swap; the lists go back to the heap when the recycler is destroyed — after the
 // containers using it (declare it before them), which give every node back as they go.
@@ -50,9 +50,7 @@ class node_recycler {
   // Nodes start on a cache line and their sizes round up to whole lines. A tree walk reads a node's
   // links and key, its first 40 bytes: at operator new's 16-byte alignment a node could have them
   // across two lines, so a level of the walk waited for two loads, not one; a block's node (112 B,
-  // now 128) also keeps its size, state and stream on the first line, beside the key. On two H100
-  // hosts' Xeons (bench/ab, session 29) warm replays of resnet took 0.981-0.986 and bert 0.986-0.994
-  // of the time; llama, churn and the pair (which never reach the arena) were unchanged.
+  // rounded to 128) also keeps its size, state and stream on the first line, beside the key.
   static constexpr std::size_t line = 64;
   static constexpr std::size_t slots = 4;  // nodes up to 256 B; larger ones use the heap directly
   static constexpr std::size_t slot_of(std::size_t bytes) noexcept { return (bytes + line - 1) / line - 1; }
