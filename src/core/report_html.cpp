@@ -146,7 +146,10 @@ std::string report_html(const trace& t, const replay_result& r, const doctor_rep
   for (const auto& f : replay_figures(shown)) {
     j.open('[');
     j.item(f.key);
-    j.item(f.value);
+    if (f.integral)
+      j.item(static_cast<std::uint64_t>(f.value));
+    else
+      j.item(f.value);
     j.item(f.integral);
     j.close(']');
   }

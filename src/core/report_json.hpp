@@ -3,6 +3,7 @@
 // blob is written in one pass.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -37,7 +38,7 @@ class json_out {
   }
   void num(std::uint64_t v) { s += fmt::format("{}", v); }
   void num(std::int64_t v) { s += fmt::format("{}", v); }
-  void num(double v) { s += std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null"); }
+  void num(double v) { s += std::isfinite(v) ? fmt::format("{}", v) : std::string("null"); }
   void key(std::string_view k) {
     comma();
     str(k);
