@@ -7,7 +7,8 @@
 // severity comes from it alone (severity_for_cost, the one place the rule lives):
 //   cost share = max(wasted bytes / the device's capacity (replay_options::capacity_bytes),
 //                    lost seconds / the job's time (the trace's first-to-last-row time; a trace
-//                    without times counts untimed_us_per_row per row))
+//                    without times counts untimed_us_per_row per row; never under min_job_seconds,
+//                    so a trace of a few µs does not turn estimates of a µs into alarms))
 //   error at a share >= cost_error (10%), warning at >= cost_warning (1%), info below.
 // A finding that makes the job fail (allocation failures, pinned memory over its cap) costs the
 // whole job: share 1.
@@ -95,6 +96,7 @@ struct doctor_thresholds {
   double cost_warning = 0.01;                    // cost share at which a finding is a warning
   double cost_error = 0.10;                      // and an error
   double untimed_us_per_row = 10.0;              // job time a row of a trace without times stands for
+  double min_job_seconds = 0.001;                // the job's time is taken as at least this
   std::uint64_t small_bytes = 4096;              // "small" is strictly below this
   double small_pair_us = 0.5;                    // a small allocation and its free, in a caching pool
   std::uint64_t granule_bytes = std::uint64_t{2} << 20;  // what a granule-based pool maps at a time
@@ -139,7 +141,7 @@ struct doctor_report {
   double duration_seconds = 0.0;       // first to last row's time; 0 when the trace has no times
   std::uint64_t peak_live_bytes = 0;
   std::uint64_t device_bytes = 0;      // what wasted bytes are a share of (replay capacity)
-  double job_seconds = 0.0;            // what lost time is a share of
+  double job_seconds = 0.0;            // what lost time is a share of (at least min_job_seconds)
   bool job_seconds_estimated = false;  // the trace has no times: rows x untimed_us_per_row
   std::string pinned_trace;            // the pinned trace's name; empty when none was given
   std::vector<finding> findings;       // costliest first (ties: in the order of the list above)

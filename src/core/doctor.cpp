@@ -415,8 +415,9 @@ doctor_report diagnose(const trace& t, const doctor_options& opts) {
   out.peak_live_bytes = p.peak_live_bytes;
   out.device_bytes = opts.replay.capacity_bytes;
   out.job_seconds_estimated = !(p.timed && p.duration_seconds > 0.0);
-  out.job_seconds = out.job_seconds_estimated ? static_cast<double>(p.rows) * th.untimed_us_per_row * 1e-6
-                                              : p.duration_seconds;
+  out.job_seconds = std::max(th.min_job_seconds, out.job_seconds_estimated
+                                                     ? static_cast<double>(p.rows) * th.untimed_us_per_row * 1e-6
+                                                     : p.duration_seconds);
   if (opts.pinned) out.pinned_trace = opts.pinned->name;
   small_object_churn(p, th, out);
   fragmentation(t, p, opts, out);

@@ -68,9 +68,9 @@ void pinned_memory(const doctor_options& opts, doctor_report& out) {
   const bool over = p.peak_bytes > cap || p.failures > 0;
   const bool near = of_cap >= th.pinned_cap_share_warning;
   f.cost_seconds = static_cast<double>(p.repinned_allocations) * th.repin_us * 1e-6;
-  const double pinned_seconds = p.timed && p.duration_seconds > 0.0
-                                    ? p.duration_seconds
-                                    : static_cast<double>(p.rows) * th.untimed_us_per_row * 1e-6;
+  const double pinned_seconds = std::max(th.min_job_seconds, p.timed && p.duration_seconds > 0.0
+                                                                 ? p.duration_seconds
+                                                                 : static_cast<double>(p.rows) * th.untimed_us_per_row * 1e-6);
   const double repin_time_share = pinned_seconds > 0 ? f.cost_seconds / pinned_seconds : 0.0;
   f.figures.push_back(ratio("repin_seconds", f.cost_seconds));
   f.figures.push_back(ratio("repin_time_share", repin_time_share));

@@ -79,7 +79,7 @@ void print_table(const doctor_report& r) {
     if (f.cost_share >= 1.0)
       cost = "the job fails";
     else if (f.cost_bytes > 0 || f.cost_seconds > 0)
-      cost = fmt::format("{:.2g}% of the {}", 100 * f.cost_share,
+      cost = fmt::format("{} of the {}", f.cost_share < 1e-4 ? std::string("<0.01%") : fmt::format("{:.2g}%", 100 * f.cost_share),
                          f.cost_bytes > 0 ? fmt::format("{:.0f} GiB device", double(r.device_bytes) / (1 << 30))
                                           : std::string(r.job_seconds_estimated ? "job's estimated time" : "job's time"));
     else
@@ -154,7 +154,7 @@ const registrar reg{{"doctor", "Diagnose allocation traces: churn, fragmentation
                            ->required();
                        sub.add_flag("--json", args->json, "One JSON object per trace, one per line");
                        sub.add_flag("--no-replay", args->no_replay,
-                                    "Skip the fragmentation finding (it replays the trace twice)");
+                                    "Skip the fragmentation and slow-path-remapping findings (they replay the trace)");
                        CLI::Option* pinned = sub.add_option(
                            "--pinned", args->pinned,
                            "Pinned host allocations of the same job (RMM log CSV, as trace_adaptor "
