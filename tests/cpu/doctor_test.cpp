@@ -105,7 +105,7 @@ TEST(Doctor, CleanTraceHasNothingAboveInfo) {
   opts.replayer = fake_replayer{24 * MiB, &asked};
   const auto r = gpumem::diagnose(clean_trace().get(), opts);
   EXPECT_EQ(r.worst(), severity::info);
-  for (const auto& f : r.findings) EXPECT_EQ(f.level, severity::info) << f.id << ": " << f.summary;
+  for (const auto& f : r.findings) { EXPECT_EQ(f.level, severity::info) << f.id << ": " << f.summary; }
   for (const char* id : {"small-object-churn", "cross-stream-free", "unaligned-sizes", "leak", "alloc-failure"})
     EXPECT_EQ(r.find(id), nullptr) << id;
   EXPECT_NE(r.find("peak-to-average"), nullptr);
@@ -503,7 +503,7 @@ TEST(Doctor, TinyLiveMemoryIsNotJudgedForFragmentation) {
 TEST(Doctor, BundledCleanExampleHasNothingAboveInfo) {
   const auto t = gpumem::read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "small_training.csv");
   const auto r = gpumem::diagnose(t, with_the_real_replay());
-  for (const auto& f : r.findings) EXPECT_EQ(f.level, severity::info) << f.id << ": " << f.summary;
+  for (const auto& f : r.findings) { EXPECT_EQ(f.level, severity::info) << f.id << ": " << f.summary; }
   const auto& f = must_find(r, "fragmentation");
   EXPECT_GE(f.at("pool_peak_reserved_bytes"), f.at("bound_bytes"));
   EXPECT_GT(f.at("bound_bytes"), f.at("peak_live_bytes"));  // 24.9 MiB live: 13 granules
@@ -552,7 +552,7 @@ TEST(Doctor, FindingsAreSortedByCost) {
   EXPECT_EQ(r.findings.front().id, "alloc-failure");
   for (std::size_t i = 1; i < r.findings.size(); ++i)
     EXPECT_GE(r.findings[i - 1].cost_share, r.findings[i].cost_share) << r.findings[i].id;
-  for (const auto& f : r.findings) EXPECT_EQ(f.level, gpumem::severity_for_cost(f.cost_share, opts.thresholds)) << f.id;
+  for (const auto& f : r.findings) { EXPECT_EQ(f.level, gpumem::severity_for_cost(f.cost_share, opts.thresholds)) << f.id; }
 }
 
 // ---- pinned-memory: a pinned host trace judged against the pinned cap ----
@@ -601,7 +601,7 @@ TEST(DoctorPinned, OverTheCapIsAnError) {
   EXPECT_EQ(f.at("repinned_allocations"), 0);
   EXPECT_EQ(f.at("pinned_failed_requests"), 0);
   EXPECT_NE(f.advice.find("cannot swap"), std::string::npos) << f.advice;
-  for (const auto& s : r.skipped) EXPECT_EQ(s.find("pinned-memory"), std::string::npos) << s;
+  for (const auto& s : r.skipped) { EXPECT_EQ(s.find("pinned-memory"), std::string::npos) << s; }
 }
 
 // 80% of the cap is the line: just under it is info, at or above it a warning.

@@ -66,8 +66,9 @@ void check_schema(const json& j) {
     const auto track = std::make_pair(e["pid"].get<int>(), e["tid"].get<std::uint64_t>());
     if (ph == "M") {
       ASSERT_TRUE(e.contains("args") && e["args"].is_object()) << e;
-      if (e["name"] == "thread_name" || e["name"] == "process_name")
+      if (e["name"] == "thread_name" || e["name"] == "process_name") {
         ASSERT_TRUE(e["args"].contains("name") && e["args"]["name"].is_string()) << e;
+      }
       continue;
     }
     ASSERT_TRUE(e.contains("ts") && e["ts"].is_number_integer()) << e;
@@ -80,7 +81,7 @@ void check_schema(const json& j) {
         EXPECT_GE(v.get<double>(), 0.0) << e;
       }
       auto [it, fresh] = last_counter_ts.try_emplace(e["name"], ts);
-      if (!fresh) EXPECT_GT(ts, it->second) << e;
+      if (!fresh) { EXPECT_GT(ts, it->second) << e; }
       it->second = ts;
     } else if (ph == "X") {
       ASSERT_TRUE(e.contains("dur") && e["dur"].is_number_integer()) << e;
@@ -90,12 +91,12 @@ void check_schema(const json& j) {
       ASSERT_TRUE(e["args"].contains("size") && e["args"]["size"].is_number_unsigned()) << e;
       ASSERT_TRUE(e["args"].contains("pointer") && e["args"]["pointer"].is_string()) << e;
       auto [it, fresh] = last_ts.try_emplace(track, ts);
-      if (!fresh) EXPECT_GE(ts, it->second) << e;
+      if (!fresh) { EXPECT_GE(ts, it->second) << e; }
       it->second = ts;
       // Nesting: slices ended by now close; the rest must enclose this one.
       auto& stack = open[track];
       while (!stack.empty() && stack.back() <= ts) stack.pop_back();
-      if (!stack.empty()) EXPECT_LE(ts + dur, stack.back()) << "slices cross on one track: " << e;
+      if (!stack.empty()) { EXPECT_LE(ts + dur, stack.back()) << "slices cross on one track: " << e; }
       stack.push_back(ts + dur);
     } else if (ph == "B" || ph == "E") {
       begin_end[track] += ph == "B" ? 1 : -1;
@@ -104,7 +105,7 @@ void check_schema(const json& j) {
       ADD_FAILURE() << "unexpected ph " << ph;
     }
   }
-  for (const auto& [track, n] : begin_end) EXPECT_EQ(n, 0) << "unbalanced B/E on tid " << track.second;
+  for (const auto& [track, n] : begin_end) { EXPECT_EQ(n, 0) << "unbalanced B/E on tid " << track.second; }
 }
 
 std::vector<json> events(const json& j, const std::string& ph, const std::string& name = "") {
@@ -146,7 +147,7 @@ TEST(TracePerfetto, SchemaLiveReservedAndStreams) {
       EXPECT_EQ(e["dur"], 20);
       EXPECT_EQ(e["args"]["size"], 4 * MiB);
     }
-    if (e["args"]["pointer"] == "0xc000") EXPECT_EQ(e["args"]["freed_on_stream"], "0x1");
+    if (e["args"]["pointer"] == "0xc000") { EXPECT_EQ(e["args"]["freed_on_stream"], "0x1"); }
     if (e["args"]["pointer"] == "0xd000") {
       EXPECT_FALSE(e["args"]["freed"].get<bool>());
       EXPECT_EQ(e["dur"], 0);  // allocated on the last row
