@@ -31,3 +31,19 @@ set_tests_properties(cli_doctor_bad_trace_message PROPERTIES LABELS cpu
 add_test(NAME cli_doctor_missing_file_fails
   COMMAND $<TARGET_FILE:gpumem_cli> doctor ${CMAKE_CURRENT_LIST_DIR}/data/no_such_trace.csv)
 set_tests_properties(cli_doctor_missing_file_fails PROPERTIES LABELS cpu WILL_FAIL TRUE)
+
+# Former false alarms, through the CLI with its replays. Live memory far under a granule: an info
+# line says fragmentation is not meaningful, and nothing is above info (it once read as an error of
+# 32,768x).
+add_test(NAME cli_doctor_tiny_live_memory
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor ${CMAKE_CURRENT_LIST_DIR}/data/tiny_live.csv)
+set_tests_properties(cli_doctor_tiny_live_memory PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "info     fragmentation +\\[no cost\\] live memory under 4 granules: fragmentation is not meaningful at this size"
+  FAIL_REGULAR_EXPRESSION "(error|warning)  ")
+# A pool that only grows (the pinned example read as a device trace: every granule mapped once,
+# none unmapped) raises no slow-path-remapping.
+add_test(NAME cli_doctor_growth_is_not_remapping
+  COMMAND $<TARGET_FILE:gpumem_cli> doctor ${_doctor_examples}/pinned_host.csv)
+set_tests_properties(cli_doctor_growth_is_not_remapping PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "info     fragmentation"
+  FAIL_REGULAR_EXPRESSION "slow-path-remapping")
