@@ -147,13 +147,18 @@ perfetto_summary write_perfetto_json(std::ostream& out, const trace& t, const pe
   sum.tracks = lanes.size();
   sum.slices = slices.size();
 
-  // Lane l's thread id: streams in order of first use, a stream's lanes after it.
-  std::vector<std::size_t> stream_rank(lanes.size());
+  // Thread ids 1, 2, ...: streams in order of first use, each stream's lanes together.
   std::unordered_map<std::uint64_t, std::size_t> rank_of_stream;
   for (std::size_t i = 0; i < streams.size(); ++i) rank_of_stream[streams[i]] = i;
-  auto tid_of = [&](std::size_t lane) {
-    return static_cast<std::uint64_t>(rank_of_stream[lanes[lane].stream]) * 100000 + lanes[lane].index + 1;
-  };
+  std::vector<std::size_t> by_tid(lanes.size());
+  for (std::size_t l = 0; l < lanes.size(); ++l) by_tid[l] = l;
+  std::sort(by_tid.begin(), by_tid.end(), [&](std::size_t a, std::size_t b) {
+    const std::size_t ra = rank_of_stream[lanes[a].stream], rb = rank_of_stream[lanes[b].stream];
+    return ra != rb ? ra < rb : lanes[a].index < lanes[b].index;
+  });
+  std::vector<std::uint64_t> tid(lanes.size());
+  for (std::size_t k = 0; k < by_tid.size(); ++k) tid[by_tid[k]] = k + 1;
+  auto tid_of = [&](std::size_t lane) { return tid[lane]; };
 
   detail::json_out j;
   j.open('{');
@@ -174,7 +179,7 @@ perfetto_summary write_perfetto_json(std::ostream& out, const trace& t, const pe
   j.kv("name", "gpumem: " + t.name);
   j.close('}');
   j.close('}');
-  for (std::size_t l = 0; l < lanes.size(); ++l) {
+  for (const std::size_t l : by_tid) {
     const std::string name = lanes[l].index == 0 ? fmt::format("stream {:#x}", lanes[l].stream)
                                                  : fmt::format("stream {:#x} #{}", lanes[l].stream, lanes[l].index);
     event_head("M", "thread_name", tid_of(l));
