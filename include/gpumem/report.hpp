@@ -38,6 +38,11 @@ struct report_options {
   std::size_t max_map_rects = 5000;        // beyond it, small neighbouring blocks are merged
   std::size_t top_blocks = 20;             // rows of the largest-live-blocks table
   std::vector<block_lifetime> lifetimes;   // from lifetimes_at_peak, optional
+  // The replay whose figures the page's header shows (replay_figures: the names and numbers
+  // `gpumem replay --json` prints). A replay that keeps a timeline and a segment map runs a row at a
+  // time and so takes longer per op than `gpumem replay`'s; give the plain replay of the same
+  // options here to show its time. Null: `result`'s own figures.
+  const replay_result* figures = nullptr;
 };
 
 // Writes the page. `result` should come from a replay with timeline_points > 0 and

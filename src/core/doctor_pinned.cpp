@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/doctor_words.hpp"
 #include "core/pinned_profile.hpp"
 #include "gpumem/host_memory.hpp"
@@ -61,11 +63,19 @@ void pinned_memory(const doctor_options& opts, doctor_report& out) {
   f.figures.push_back(ratio("repinned_share", repin_share));
   f.figures.push_back(count("pinned_failed_requests", p.failures));
 
+  // Cost: over the cap (or refused) the job fails; else the re-pins' time against the pinned
+  // trace's own time, and at least a warning's share this close to the cap.
   const bool over = p.peak_bytes > cap || p.failures > 0;
   const bool near = of_cap >= th.pinned_cap_share_warning;
-  const bool churn = p.repinned_allocations >= th.pinned_repin_count_warning &&
-                     repin_share >= th.pinned_repin_share_warning;
-  f.level = over ? severity::error : near || churn ? severity::warning : severity::info;
+  f.cost_seconds = static_cast<double>(p.repinned_allocations) * th.repin_us * 1e-6;
+  const double pinned_seconds = std::max(th.min_job_seconds, p.timed && p.duration_seconds > 0.0
+                                                                 ? p.duration_seconds
+                                                                 : static_cast<double>(p.rows) * th.untimed_us_per_row * 1e-6);
+  const double repin_time_share = pinned_seconds > 0 ? f.cost_seconds / pinned_seconds : 0.0;
+  f.figures.push_back(ratio("repin_seconds", f.cost_seconds));
+  f.figures.push_back(ratio("repin_time_share", repin_time_share));
+  f.cost_share = over ? 1.0 : std::min(1.0, std::max(repin_time_share, near ? th.cost_warning : 0.0));
+  const bool churn = severity_for_cost(repin_time_share, th) > severity::info;
 
   f.summary = fmt::format("peak pinned {} (line {}) is {:.1f}% of the {}; {} pinned allocations ({}), "
                           "the largest {}; ", bytes_text(double(p.peak_bytes)), p.peak_line, 100 * of_cap,

@@ -21,6 +21,30 @@ std::uint64_t rounding(std::uint64_t size, std::uint64_t alignment) {
   return rest == 0 ? 0 : alignment - rest;
 }
 
+// Bytes live right after row `peak` that are later freed on another stream than their allocating
+// one (0 when `peak` is past the end).
+std::uint64_t cross_stream_at(const trace& t, std::size_t peak) {
+  if (peak >= t.records.size()) return 0;
+  std::unordered_map<std::uint64_t, live_block> live;
+  for (std::size_t i = 0; i <= peak; ++i) {
+    const trace_record& r = t.records[i];
+    if (r.action == trace_action::allocate && r.pointer != 0)
+      live[r.pointer] = {r.size, r.stream, i};
+    else if (r.action == trace_action::free)
+      live.erase(r.pointer);
+  }
+  std::uint64_t bytes = 0;
+  for (std::size_t i = peak + 1; i < t.records.size() && !live.empty(); ++i) {
+    const trace_record& r = t.records[i];
+    if (r.action != trace_action::free) continue;
+    auto it = live.find(r.pointer);
+    if (it == live.end()) continue;
+    if (it->second.stream != r.stream) bytes += it->second.size;
+    live.erase(it);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 trace_profile profile_trace(const trace& t, std::uint64_t small_bytes, std::uint64_t alignment,
@@ -38,6 +62,7 @@ trace_profile profile_trace(const trace& t, std::uint64_t small_bytes, std::uint
   double live_area = 0.0;     // sum of live bytes x microseconds
   double live_row_sum = 0.0;  // sum of live bytes after each row
   std::int64_t elapsed_us = 0;
+  std::size_t peak_row = t.records.size();  // the row that reached peak live
   auto line_of = [&](std::size_t i) { return i < t.lines.size() ? t.lines[i] : i + 2; };
 
   for (std::size_t i = 0; i < t.records.size(); ++i) {
@@ -68,7 +93,9 @@ trace_profile profile_trace(const trace& t, std::uint64_t small_bytes, std::uint
             p.peak_live_bytes = live_bytes;
             p.peak_line = line_of(i);
             p.rounding_bytes_at_peak = live_rounding;
+            peak_row = i;
           }
+          p.peak_aligned_live_bytes = std::max(p.peak_aligned_live_bytes, live_bytes + live_rounding);
         }
         break;
       case trace_action::free: {
@@ -109,6 +136,8 @@ trace_profile profile_trace(const trace& t, std::uint64_t small_bytes, std::uint
     p.last_leak_line = line_of(last_row);
     p.leak_span_share = static_cast<double>(last_row - first_row) / static_cast<double>(p.rows);
   }
+
+  p.cross_stream_bytes_at_peak = cross_stream_at(t, peak_row);
 
   p.top_sizes.assign(size_counts.begin(), size_counts.end());
   const std::size_t n = std::min(top_n, p.top_sizes.size());

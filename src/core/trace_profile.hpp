@@ -24,12 +24,16 @@ struct trace_profile {
   std::uint64_t small_allocations = 0;          // size < small_bytes
   std::uint64_t cross_stream_frees = 0;
   std::uint64_t cross_stream_bytes = 0;
+  std::uint64_t cross_stream_bytes_at_peak = 0;  // live at peak live, later freed on another stream
   std::uint64_t unaligned_allocations = 0;      // size % alignment != 0
   std::uint64_t rounding_bytes_total = 0;       // over every allocation
   std::uint64_t rounding_bytes_at_peak = 0;     // of what was live at peak live
 
   std::uint64_t peak_live_bytes = 0;
   std::uint64_t peak_line = 0;
+  // The peak of live bytes with each request rounded up to `alignment`: what any allocator that
+  // aligns its blocks must hold at once.
+  std::uint64_t peak_aligned_live_bytes = 0;
   double mean_live_bytes = 0.0;     // time-weighted when `timed` and the trace spans time
   bool mean_time_weighted = false;
 

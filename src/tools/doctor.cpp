@@ -6,7 +6,6 @@
 // report without the pinned finding asked for would pass for a clean one).
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -39,6 +38,9 @@ nlohmann::ordered_json to_json(const doctor_report& r) {
   j["allocate_failures"] = r.allocate_failures;
   j["duration_seconds"] = r.duration_seconds;
   j["peak_live_bytes"] = r.peak_live_bytes;
+  j["device_bytes"] = r.device_bytes;
+  j["job_seconds"] = r.job_seconds;
+  j["job_seconds_estimated"] = r.job_seconds_estimated;
   j["pinned_trace"] = r.pinned_trace.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.pinned_trace);
   j["worst_severity"] = to_string(r.worst());
   j["findings"] = nlohmann::ordered_json::array();
@@ -47,6 +49,7 @@ nlohmann::ordered_json to_json(const doctor_report& r) {
     jf["id"] = f.id;
     jf["severity"] = to_string(f.level);
     jf["summary"] = f.summary;
+    jf["cost"] = {{"bytes", f.cost_bytes}, {"seconds", f.cost_seconds}, {"share", f.cost_share}};
     nlohmann::ordered_json figs = nlohmann::ordered_json::object();
     for (const auto& g : f.figures) {
       if (g.integral)
@@ -70,15 +73,20 @@ void print_table(const doctor_report& r) {
              mib(r.peak_live_bytes));
   if (!r.pinned_trace.empty()) fmt::print("  pinned host allocations from {}\n", r.pinned_trace);
   if (r.findings.empty()) fmt::print("  no findings\n");
-  // Worst first, so what needs attention is at the top; the library keeps its fixed order.
-  std::vector<const finding*> order;
-  for (const auto& f : r.findings) order.push_back(&f);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const finding* a, const finding* b) { return a->level > b->level; });
-  for (const finding* f : order) {
-    fmt::print("  {:<8} {:<21} {}\n", to_string(f->level), f->id, f->summary);
+  // The library lists the findings costliest first; each line says what it costs the job.
+  for (const finding& f : r.findings) {
+    std::string cost;
+    if (f.cost_share >= 1.0)
+      cost = "the job fails";
+    else if (f.cost_bytes > 0 || f.cost_seconds > 0)
+      cost = fmt::format("{} of the {}", f.cost_share < 1e-4 ? std::string("<0.01%") : fmt::format("{:.2g}%", 100 * f.cost_share),
+                         f.cost_bytes > 0 ? fmt::format("{:.0f} GiB device", double(r.device_bytes) / (1 << 30))
+                                          : std::string(r.job_seconds_estimated ? "job's estimated time" : "job's time"));
+    else
+      cost = "no cost";
+    fmt::print("  {:<8} {:<21} [{}] {}\n", to_string(f.level), f.id, cost, f.summary);
     // Advice only where something needs doing; an info finding's summary says enough.
-    if (f->level > severity::info) fmt::print("  {:<8} {:<21} advice: {}\n", "", "", f->advice);
+    if (f.level > severity::info) fmt::print("  {:<8} {:<21} advice: {}\n", "", "", f.advice);
   }
   for (const auto& s : r.skipped) fmt::print("  skipped  {}\n", s);
   fmt::print("\n");
@@ -146,7 +154,7 @@ const registrar reg{{"doctor", "Diagnose allocation traces: churn, fragmentation
                            ->required();
                        sub.add_flag("--json", args->json, "One JSON object per trace, one per line");
                        sub.add_flag("--no-replay", args->no_replay,
-                                    "Skip the fragmentation finding (it replays the trace twice)");
+                                    "Skip the fragmentation and slow-path-remapping findings (they replay the trace)");
                        CLI::Option* pinned = sub.add_option(
                            "--pinned", args->pinned,
                            "Pinned host allocations of the same job (RMM log CSV, as trace_adaptor "

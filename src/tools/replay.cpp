@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpumem/replay.hpp"
+#include "gpumem/replay_figures.hpp"
 #ifdef GPUMEM_HAVE_CUDA
 #include "gpumem/cuda/replay_targets.hpp"
 #endif
@@ -46,19 +47,17 @@ std::function<std::string(const std::string&)> count_at_least(std::uint64_t mini
     }
   };
 }
-bool is_pool(const replay_result& r) { return r.resource.rfind("pool", 0) == 0 || r.resource.rfind("gpu-pool", 0) == 0; }
+bool is_pool(const replay_result& r) { return replay_is_pool(r); }
 
 nlohmann::json to_json(const replay_result& r) {
-  nlohmann::json j{{"trace", r.trace},
-                   {"resource", r.resource},
-                   {"ops", r.ops},
-                   {"peak_live_bytes", r.peak_live_bytes},
-                   {"peak_reserved_bytes", r.peak_reserved_bytes},
-                   {"final_reserved_bytes", r.final_reserved_bytes},
-                   {"fragmentation", r.fragmentation},
-                   {"ns_per_op", r.ns_per_op},
-                   {"failed_allocs", r.failed_allocs},
-                   {"trace_failures", r.trace_failures}};
+  // The scalar figures come from replay_figures, which the report's page shows too.
+  nlohmann::json j{{"trace", r.trace}, {"resource", r.resource}};
+  for (const auto& f : replay_figures(r)) {
+    if (f.integral)
+      j[f.key] = static_cast<std::uint64_t>(f.value);
+    else
+      j[f.key] = f.value;
+  }
   if (r.passes > 1) {
     j["passes"] = r.passes;
     j["reserved_after_first_pass_bytes"] = r.reserved_after_first_pass_bytes;
@@ -86,30 +85,6 @@ nlohmann::json to_json(const replay_result& r) {
     j["mismatched_words"] = r.mismatched_words;
     j["integrity_mismatches"] = r.integrity_mismatches();
     j["integrity_notes"] = r.integrity_notes;
-  }
-  if (is_pool(r)) {
-    j["upstream_calls"] = r.stats.upstream_calls;
-    j["maps"] = r.stats.maps;
-    j["unmaps"] = r.stats.unmaps;
-    j["events_recorded"] = r.stats.events_recorded;
-    j["map_calls"] = r.stats.map_calls;
-    j["unmap_calls"] = r.stats.unmap_calls;
-    j["map_unmap_calls_per_1000_ops"] = r.per_1000_ops(r.stats.map_calls + r.stats.unmap_calls);
-    j["granules_mapped_unmapped_per_1000_ops"] = r.per_1000_ops(r.stats.maps + r.stats.unmaps);
-    // Allocations the calling thread's front cache served without the pool's lock: the fast path.
-    j["allocations"] = r.stats.allocations;
-    j["front_hits"] = r.stats.front_hits;
-    j["front_refills"] = r.stats.front_refills;  // of which from the stream's slabs (a shard lock)
-    j["front_evictions"] = r.stats.front_evictions;  // cached large blocks that made room for newer ones
-    // --remap-time-budget: host time charged for moves, and the moves the budget turned down.
-    j["remap_ms"] = double(r.stats.remap_ns) / 1e6;
-    j["remaps_deferred"] = r.stats.remaps_deferred;
-    j["stream_ordered_moves"] = r.stats.stream_ordered_moves;
-    // Kept mappings: what the driver really did (moves back where a granule was still mapped cost
-    // no call).
-    j["driver_granules_per_1000_ops"] = r.per_1000_ops(r.stats.driver_maps + r.stats.driver_unmaps);
-    j["driver_maps"] = r.stats.driver_maps;
-    j["driver_unmaps"] = r.stats.driver_unmaps;
   }
   return j;
 }

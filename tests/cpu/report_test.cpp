@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "gpumem/replay_figures.hpp"
 #include "gpumem/report.hpp"
 
 namespace {
@@ -47,7 +48,8 @@ TEST(Report, PageCarriesValidDataAndLifetimes) {
   EXPECT_EQ(page.find("<script src"), std::string::npos);
   const auto j = blob(page);
   EXPECT_EQ(j["trace"]["rows"], t.records.size());
-  EXPECT_EQ(j["replay"]["peak_live_bytes"], r.peak_live_bytes);
+  EXPECT_EQ(j["replay"]["figures"][1][0], "peak_live_bytes");
+  EXPECT_EQ(j["replay"]["figures"][1][1].get<double>(), double(r.peak_live_bytes));
   EXPECT_LE(j["timeline"]["row"].size(), 2000u);
   EXPECT_EQ(j["timeline"]["row"].size(), j["timeline"]["reserved"].size());
   EXPECT_FALSE(j["map"]["rects"].empty());
@@ -55,6 +57,31 @@ TEST(Report, PageCarriesValidDataAndLifetimes) {
   EXPECT_EQ(j["top"].size(), 20u);
   // The largest request still live is the last one (i = 49).
   EXPECT_GE(j["top"][0][1].get<std::uint64_t>(), 50 * MiB + 100);
+}
+
+// The header's figures are replay_figures of the replay given for them, names and numbers: those
+// `gpumem replay --json` prints; the timeline and map still come from the instrumented replay.
+TEST(Report, FiguresAreThoseReplayPrints) {
+  const auto t = sample_trace();
+  gpumem::replay_options o;
+  o.timeline_points = 2000;
+  o.segment_map_at_peak = true;
+  const auto drawn = gpumem::replay(t, o);
+  gpumem::replay_result plain = gpumem::replay(t, {});
+  plain.ns_per_op = 12.5;  // a time no instrumented replay would share by chance
+  gpumem::report_options ro;
+  ro.figures = &plain;
+  const auto j = blob(gpumem::report_html(t, drawn, gpumem::doctor_report{}, ro));
+  const auto want = gpumem::replay_figures(plain);
+  const auto& got = j["replay"]["figures"];
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i][0].get<std::string>(), want[i].key);
+    EXPECT_DOUBLE_EQ(got[i][1].get<double>(), want[i].value) << want[i].key;
+    EXPECT_EQ(got[i][2].get<bool>(), want[i].integral) << want[i].key;
+  }
+  EXPECT_DOUBLE_EQ(got[5][1].get<double>(), 12.5);  // ns_per_op
+  EXPECT_FALSE(j["map"]["rects"].empty());          // from the instrumented replay
 }
 
 TEST(Report, TimelineAndMapAreCapped) {
