@@ -395,6 +395,7 @@ const registrar reg{command{
     [](CLI::App& sub, int& exit_code) {
       auto args = std::make_shared<bench_args>();
       sub.add_option("pattern", args->pattern, "pair | churn | threads | replay | all")
+          ->capture_default_str()
           ->check(CLI::IsMember({"pair", "churn", "threads", "replay", "all"}));
       sub.add_flag("--simulate", args->simulate,
                    "Simulated device (gpumem) and malloc, even when a GPU is there");
@@ -403,12 +404,14 @@ const registrar reg{command{
                      "Also write the JSON lines of --json to this file, as each figure is measured, while the "
                      "tables go to the terminal");
       sub.add_option("--reps", args->reps, "Timed runs per figure; the median is reported")
+          ->capture_default_str()
           ->check(CLI::Range(1, 1000));
       sub.add_option("--rounds", args->rounds,
                      "Run the whole sweep this many times, the allocators taking turns (reversed every other "
                      "round); each figure is the median of its rounds, every round's value in the JSON "
                      "(`round_values`). For hosts that change speed under a run")
-          ->check(CLI::Range(1, 100));
+          ->check(CLI::Range(1, 100))
+          ->capture_default_str();
       sub.add_option("--traces", args->traces,
                      "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces or "
                      "../shared/traces, else the bundled examples)");

@@ -56,8 +56,9 @@ const registrar reg{command{
       auto device = std::make_shared<int>(0);
       sub.add_flag("--json", *json, "One JSON object on its own line");
       sub.add_option("--reps", *reps, "Timed runs per figure; the median is reported")
+          ->capture_default_str()
           ->check(CLI::Range(1, 1000));
-      sub.add_option("--device", *device, "Device ordinal")->check(CLI::NonNegativeNumber);
+      sub.add_option("--device", *device, "Device ordinal")->check(CLI::NonNegativeNumber)->capture_default_str();
       sub.footer("Needs a GPU (exit 2 without one).\n\nExample:\n  gpumem bench-hierarchy --reps 11 --json");
       sub.callback([json, reps, device, &exit_code] {
 #if GPUMEM_HAVE_CUDA

@@ -229,15 +229,15 @@ const registrar reg{command{
       for (const auto& n : replay_resources()) names += (names.empty() ? "" : ", ") + n;
       sub.add_option("--resource", args->resources,
                      "resource(s), comma separated: " + names +
-                         " (pool, pool-segments, exact and malloc run on the simulated device; a CUDA build's "
-                         "gpu-* resources and cuda-malloc-async on the GPU)")
+                         " (the gpu-* ones and cuda-malloc-async run on the GPU, the others on the simulated device)")
           ->delimiter(',')
           ->capture_default_str();
       sub.add_option("--capacity", args->capacity, "device capacity, e.g. 80G")->capture_default_str();
       sub.add_flag("--json", args->json, "one JSON object per trace and resource, each on its own line");
       auto* passes =
           sub.add_option("--passes", args->passes, "replay each trace this many times back to back on one resource (a soak)")
-              ->check(CLI::Range(1, 100000));
+              ->check(CLI::Range(1, 100000))
+              ->capture_default_str();
       sub.add_option("--ops", args->ops, "a soak of at least this many operations (e.g. 1e8): as many passes as that takes")
           ->check(count_at_least(1))
           ->excludes(passes);

@@ -43,3 +43,11 @@ add_test(NAME cli_doctor_no_replay_skips_what_its_help_says
   COMMAND ${_cli} doctor --json --no-replay ${PROJECT_SOURCE_DIR}/examples/pitfalls.csv)
 set_tests_properties(cli_doctor_no_replay_skips_what_its_help_says PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\"skipped\":\\[\"fragmentation: [^\"]*\",\"slow-path-remapping: [^\"]*\"")
+
+# Options with a default show it: bench's pattern, reps and rounds, replay's passes.
+add_test(NAME cli_help_bench_defaults COMMAND ${_cli} bench --help)
+set_tests_properties(cli_help_bench_defaults PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "pattern TEXT:\\{[^\n]*\\}=all.*--reps INT:INT in \\[1 - 1000\\]=5.*--rounds INT:INT in \\[1 - 100\\]=1")
+add_test(NAME cli_help_replay_defaults COMMAND ${_cli} replay --help)
+set_tests_properties(cli_help_replay_defaults PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "--passes UINT:INT in \\[1 - 100000\\]=1")
