@@ -1,9 +1,10 @@
 // `gpumem doctor TRACE... [--json] [--no-replay] [--pinned PINNED_TRACE [--pinned-cap BYTES]]`:
 // diagnoses allocation traces (the findings are documented in include/gpumem/doctor.hpp). Exit 0
 // when every trace was diagnosed, findings or not; 2 when a trace could not be read or diagnosed
-// (reported on stderr, and the other traces still run). `-` reads a trace from standard input. A pinned trace belongs to one
-// job, so it pairs with exactly one device trace; if it cannot be read nothing is diagnosed (a
-// report without the pinned finding asked for would pass for a clean one).
+// (reported on stderr, and the other traces still run). `-` reads a trace from standard input.
+// A pinned trace belongs to one job, so it pairs with exactly one device trace; if it cannot be
+// read nothing is diagnosed (a report without the pinned finding asked for would pass for a
+// clean one).
 #include <fmt/core.h>
 
 #include <algorithm>
