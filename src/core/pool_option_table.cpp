@@ -338,7 +338,8 @@ std::string pool_options_markdown() {
     }
     std::string values;
     if (!s.requirement.empty()) values = std::string(s.requirement);
-    if (s.cli_scale != 1.0) values += fmt::format("{}the flag's value times {:g} is the key's", values.empty() ? "" : "; ", s.cli_scale);
+    if (s.cli_scale != 1.0)
+      values += fmt::format("{}the flag's value times {:g} is the key's", values.empty() ? "" : "; ", s.cli_scale);
     md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", s.name,
                       s.alias.empty() ? std::string() : fmt::format("`{}`", s.alias), flags, pool_option_kind(s),
                       fmt::format("`{}`", pool_option_text(defaults, s)), cell(values), cell(s.help));

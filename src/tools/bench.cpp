@@ -83,7 +83,8 @@ std::vector<std::filesystem::path> trace_files(const bench_args& a) {
       if (dirs.empty() && fs::is_directory(d)) dirs.emplace_back(d);
     if (dirs.empty()) {
       if (fs::path examples = bundled_examples(); !examples.empty()) {
-        if (!a.json) fmt::print(stderr, "gpumem bench: replaying the bundled example traces in {}\n", examples.string());
+        if (!a.json)
+          fmt::print(stderr, "gpumem bench: replaying the bundled example traces in {}\n", examples.string());
         dirs.push_back(std::move(examples));
       }
     }
@@ -92,7 +93,8 @@ std::vector<std::filesystem::path> trace_files(const bench_args& a) {
     std::vector<fs::path> found;
     for (const auto& e : fs::directory_iterator(d)) {
       const std::string name = e.path().filename().string();
-      if ((name.ends_with(".csv.gz") || name.ends_with(".csv")) && !name.starts_with("pinned")) found.push_back(e.path());
+      const bool trace_file = name.ends_with(".csv.gz") || name.ends_with(".csv");
+      if (trace_file && !name.starts_with("pinned")) found.push_back(e.path());
     }
     std::sort(found.begin(), found.end());
     out.insert(out.end(), found.begin(), found.end());

@@ -16,8 +16,8 @@ void print_text() {
   for (const pool_option_spec& spec : pool_option_specs()) {
     std::string flags = pool_option_cli_names(spec);
     std::erase(flags, '!');
-    fmt::print("{:<30} {:<7} default {:<5} {}\n", spec.name, pool_option_kind(spec), pool_option_text(defaults, spec),
-               flags);
+    fmt::print("{:<30} {:<7} default {:<5} {}\n", spec.name, pool_option_kind(spec),
+               pool_option_text(defaults, spec), flags);
     fmt::print("    {}\n", spec.help);
   }
 }

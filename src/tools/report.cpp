@@ -38,8 +38,8 @@ struct report_args {
 std::string page_name(const std::string& path) {
   if (path == stdin_path) return "stdin.html";
   std::string name = std::filesystem::path(path).filename().string();
-  for (const char* ext : {".gz", ".csv"})
-    if (name.size() > std::string_view(ext).size() && name.ends_with(ext)) name.resize(name.size() - std::string_view(ext).size());
+  for (const std::string_view ext : {".gz", ".csv"})
+    if (name.size() > ext.size() && name.ends_with(ext)) name.resize(name.size() - ext.size());
   return name + ".html";
 }
 
@@ -140,7 +140,8 @@ int run(const report_args& a) {
     }
   }
   bool all_written = true;
-  for (std::size_t i = 0; i < a.traces.size(); ++i) all_written &= write_page(a, a.traces[i], outputs[i], capacity);
+  for (std::size_t i = 0; i < a.traces.size(); ++i)
+    all_written &= write_page(a, a.traces[i], outputs[i], capacity);
   return all_written ? exit_ok : exit_unavailable;
 }
 
