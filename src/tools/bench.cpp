@@ -26,6 +26,7 @@
 #include "tools/host_speed.hpp"
 #include "tools/pool_option_args.hpp"
 #include "tools/progress.hpp"
+#include "tools/trace_input.hpp"
 
 #if GPUMEM_HAVE_CUDA
 #include "gpumem/cuda/availability.hpp"
@@ -287,9 +288,13 @@ int run_bench(const bench_args& args) {
   const bool all = args.pattern == "all";
   std::vector<trace> traces;
   if (all || args.pattern == "replay") {
+    if (const std::string twice = stdin_named_twice(args.traces); !twice.empty()) {
+      print_error("bench", "--traces: {}", twice);
+      return exit_unavailable;
+    }
     for (const auto& f : trace_files(args)) {
       try {
-        traces.push_back(read_trace(f));
+        traces.push_back(load_trace(f.string()));
       } catch (const trace_error& e) {
         print_error("bench", e.what());
         return exit_unavailable;
@@ -415,8 +420,8 @@ const registrar reg{command{
           ->check(CLI::Range(1, 100))
           ->capture_default_str();
       sub.add_option("--traces", args->traces,
-                     "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces or "
-                     "../shared/traces, else the bundled examples)");
+                     "Trace files or folders for replay, - for standard input (default: $GPUMEM_TRACES, "
+                     "shared/traces or ../shared/traces, else the bundled examples)");
       sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
       sub.add_option("--peer-lib", args->peer_libs,
                      "A shared library offering one more peer (include/gpumem/bench_peer.h), timed in this process "

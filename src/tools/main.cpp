@@ -85,7 +85,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const std::string command = failing_command(app);
-    if (command.empty() && argc > 1 && argv[1][0] != '-')  // CLI11 would say "A subcommand is required"
+    // Where CLI11 would say "A subcommand is required", say which there are.
+    if (argc == 1)
+      print_error("", "no command given (the commands: {}); `gpumem help` explains them", command_names(app));
+    else if (command.empty() && argv[1][0] != '-')
       print_error("", "unknown command '{}' (the commands: {})", argv[1], command_names(app));
     else
       print_error(command, e.what());

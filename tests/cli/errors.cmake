@@ -38,6 +38,9 @@ gpumem_error_test(cli_error_bench_bad_trace
 gpumem_error_test(cli_error_unknown_command
   "^gpumem: error: unknown command 'frobnicate' \\(the commands: bench, [^\n]*replay[^\n]*\\)\nexit 2\n$"
   frobnicate)
+add_test(NAME cli_error_no_command COMMAND sh -c "\"$0\" 2>&1; echo \"exit $?\"" ${_cli})
+set_tests_properties(cli_error_no_command PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "^gpumem: error: no command given \\(the commands: bench, [^\n]*\\); `gpumem help` explains them\nexit 2\n$")
 # info needs a GPU; where there is none (or no CUDA layer) it says so in the same style.
 gpumem_error_test(cli_error_info_without_a_gpu
   "^(gpumem info: error: [^\n]+\nexit 2|exit 0)\n$"

@@ -27,6 +27,10 @@ add_test(NAME cli_stdin_report
           ${CMAKE_CURRENT_BINARY_DIR}/report_stdin.html)
 set_tests_properties(cli_stdin_report PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "^<stdin>: peak live [^\n]* -> [^\n]*report_stdin.html\n$")
+add_test(NAME cli_stdin_bench_replay
+  COMMAND sh -c "\"$0\" bench replay --simulate --reps 1 --allocator gpumem-sim --traces - --json < \"$1\"" ${_cli} ${_small})
+set_tests_properties(cli_stdin_bench_replay PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "^\\{\"pattern\":\"replay\",\"allocator\":\"gpumem-sim\",[^\n]*\"trace\":\"<stdin>\"")
 # A bad row read from standard input is placed like a file's.
 add_test(NAME cli_stdin_bad_row
   COMMAND sh -c "\"$0\" replay - < \"$1\" 2>&1 >/dev/null; echo \"exit $?\"" ${_cli}
