@@ -62,6 +62,17 @@ std::string pool_option_cli_names(const pool_option_spec& spec);
 std::string pool_option_value(const pool_options& o, const pool_option_spec& spec);
 // The options of `o` that differ from the defaults, as "name=value,name=value" (empty: none).
 std::string changed_pool_options(const pool_options& o);
+// The field's value of `o` as a person writes it, in the units of `from`: sizes with the largest
+// suffix that is exact ("32M", "1536K", "max", "0"), flags "on" / "off", numbers as they are ("0.25";
+// on the command line in cli_scale's units). set_pool_option reads each back to the same value.
+std::string pool_option_text(const pool_options& o, const pool_option_spec& spec,
+                             pool_option_source from = pool_option_source::config);
+// What kind of value the option takes: "bytes", "flag" or "number".
+std::string_view pool_option_kind(const pool_option_spec& spec);
+// docs/options.md: the table of every option (key, alias, flag, kind, default, range, what it does)
+// as Markdown, from the specs above; `gpumem options --markdown` prints it and a test keeps the
+// file equal to it.
+std::string pool_options_markdown();
 // Throws std::invalid_argument ("gpumem::pool: idle_budget -1 is not a fraction >= 0") for the
 // first number out of its range. The pool's constructor calls it.
 void check_pool_option_ranges(const pool_options& o);

@@ -25,12 +25,6 @@ struct replay_options {
   // this many operations, as a GPU running behind the host (memory freed on a stream stays busy
   // until then); 0: at once, a device that keeps up.
   std::size_t device_lag_ops = 0;
-  // Pool resources with pool.remap_time_budget: the budget's clock runs on the trace's own
-  // timestamps — the recorded job's time, GPU work included — instead of the replay's, which
-  // does nothing but allocate and so would make any budget bind. Rows without a time keep the
-  // last one; a soak's passes follow each other; a time earlier than the last by over 12 h is
-  // taken as the next day.
-  bool trace_clock = false;
   // Each row is issued on a thread of its own for each thread the trace names, in trace order,
   // one row at a time: a pool keeps a front cache per thread, so a job whose requests come from
   // several threads (PyTorch's backward pass runs on one of its own) caches differently replayed
@@ -55,11 +49,6 @@ struct replay_options {
   std::size_t integrity_alignment = 0;  // 0: what the target promises (replay_target::alignment)
   // Called now and then with rows done; for progress bars.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
-  // A soak's: called right after each pass, outside the clock, on the replaying thread; its figure
-  // is logged with the pass (soak_pass::host_probe_ns). The CLI's (`--host-probe`) times a fixed
-  // piece of work, so a slow pass can be told from a host that ran slow just then (shared hosts
-  // change speed within milliseconds).
-  std::function<double()> host_probe;
 };
 
 struct timeline_point {
@@ -85,7 +74,6 @@ struct soak_pass {
   double seconds = 0.0;
   // Of granules_moved, those the driver really mapped or unmapped (kept mappings: pool_stats).
   std::uint64_t driver_granules = 0;
-  double host_probe_ns = 0.0;  // replay_options::host_probe's figure right after this pass (0: none)
 };
 
 struct replay_result {

@@ -88,19 +88,16 @@ class lean_replay {
 // they measured.
 template <class Path>
 void soak(Path& path, replay_target& tgt, replay_integrity* integrity, std::size_t passes, bool settle,
-          const std::function<double()>& host_probe, replay_result& r) {
+          replay_result& r) {
   const std::size_t log_every = (passes + max_pass_log - 1) / max_pass_log;
   double seconds = 0;  // the passes' time so far
   for (std::size_t pass = 0; pass < passes; ++pass) {
     if (pass == 1) r.reserved_after_first_pass_bytes = tgt.peak_reserved();
     seconds += path.run_pass(pass);
-    // First, while the host is as the pass left it.
-    const double probe_ns = host_probe ? host_probe() : 0.0;
     const bool last = pass + 1 == passes;
     const pool_stats so_far = tgt.stats();
     soak_pass log_entry{pass, tgt.reserved(), tgt.peak_reserved(), 0, so_far.maps + so_far.unmaps,
-                        so_far.map_calls + so_far.unmap_calls, seconds, so_far.driver_maps + so_far.driver_unmaps,
-                        probe_ns};
+                        so_far.map_calls + so_far.unmap_calls, seconds, so_far.driver_maps + so_far.driver_unmaps};
     // A soak's next pass starts from what the trace left live: give it back so slots start clean.
     if (!last) path.free_live();
     if (!last && settle) tgt.settle();  // outside the clock, like the frees before it
@@ -135,11 +132,7 @@ void soak(Path& path, replay_target& tgt, replay_integrity* integrity, std::size
 
 }  // namespace
 
-replay_result replay(const trace& t, const replay_options& given) {
-  // Declared before the target, whose pool may read it until the target goes.
-  detail::trace_time job_time;
-  replay_options opts = given;
-  if (opts.trace_clock) opts.pool.remap_clock_ns = [&job_time] { return job_time.now_ns(); };
+replay_result replay(const trace& t, const replay_options& opts) {
   auto tgt = make_replay_target(opts);
   replay_result r;
   r.trace = t.name;
@@ -160,11 +153,11 @@ replay_result replay(const trace& t, const replay_options& given) {
                       opts.verify_every ? tgt->make_verifier() : nullptr);
   replay_integrity* const checks = integrity ? &*integrity : nullptr;
   if (detail::needs_rows(t, opts)) {
-    detail::row_replay rows(t, plan, std::move(streams), opts, *tgt, job_time, checks, passes, r);
-    soak(rows, *tgt, checks, passes, opts.settle_between_passes, opts.host_probe, r);
+    detail::row_replay rows(t, plan, std::move(streams), opts, *tgt, checks, passes, r);
+    soak(rows, *tgt, checks, passes, opts.settle_between_passes, r);
   } else {
     lean_replay lean(plan, *tgt, streams, opts, passes);
-    soak(lean, *tgt, checks, passes, opts.settle_between_passes, opts.host_probe, r);
+    soak(lean, *tgt, checks, passes, opts.settle_between_passes, r);
   }
   if (opts.progress) opts.progress(passes * plan.rows, passes * plan.rows);
   return r;

@@ -8,22 +8,6 @@
 
 namespace gpumem::detail {
 
-void trace_time::at(std::int64_t time_us) {
-  if (time_us < 0) return;
-  constexpr std::int64_t day_us = 24LL * 3600 * 1000000, half_day_us = day_us / 2;
-  if (first_us_ < 0) first_us_ = time_us;
-  if (last_us_ >= 0 && time_us + day_offset_us_ < last_us_ - half_day_us) day_offset_us_ += day_us;
-  last_us_ = std::max(last_us_, time_us + day_offset_us_);
-  now_ns_ = static_cast<std::uint64_t>(pass_offset_us_ + last_us_ - first_us_) * 1000;
-}
-
-void trace_time::next_pass() {
-  if (last_us_ < 0) return;
-  pass_offset_us_ += last_us_ - first_us_ + 1;
-  first_us_ = last_us_ = -1;
-  day_offset_us_ = 0;
-}
-
 namespace {
 
 bool several_threads(const trace& t) {
@@ -35,19 +19,17 @@ bool several_threads(const trace& t) {
 
 bool needs_rows(const trace& t, const replay_options& o) {
   // Progress is not here: the lean path reports it between chunks of ops, outside the clock.
-  return o.timeline_points > 0 || o.segment_map_at_peak || o.check_integrity || o.verify_every > 0 || o.trace_clock ||
+  return o.timeline_points > 0 || o.segment_map_at_peak || o.check_integrity || o.verify_every > 0 ||
          (o.recorded_threads && several_threads(t));
 }
 
 row_replay::row_replay(const trace& t, const replay_plan& plan, std::vector<stream_ref> streams,
-                       const replay_options& o, replay_target& tgt, trace_time& job_time,
-                       replay_integrity* integrity, std::size_t passes, replay_result& r)
+                       const replay_options& o, replay_target& tgt, replay_integrity* integrity, std::size_t passes, replay_result& r)
     : t_(t),
       plan_(plan),
       streams_(std::move(streams)),
       o_(o),
       tgt_(tgt),
-      job_time_(job_time),
       integrity_(integrity),
       passes_(passes),
       r_(r),
@@ -69,7 +51,6 @@ row_replay::row_replay(const trace& t, const replay_plan& plan, std::vector<stre
 }
 
 double row_replay::run_pass(std::size_t pass) {
-  if (pass > 0) job_time_.next_pass();
   const auto start = std::chrono::steady_clock::now();
   if (lockstep_)
     lockstep_->run([&](std::size_t i) { row(pass, i); });
@@ -80,7 +61,6 @@ double row_replay::run_pass(std::size_t pass) {
 
 void row_replay::row(std::size_t pass, std::uint64_t i) {
   const trace_record& rec = t_.records[i];
-  if (o_.trace_clock) job_time_.at(rec.time_us);
   if (const std::uint32_t k = op_at_row_[i]; k != no_op) {
     const replay_plan::op& op = plan_.ops[k];
     const stream_ref s = streams_[op.stream];

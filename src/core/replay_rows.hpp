@@ -1,7 +1,7 @@
 #pragma once
 // replay()'s general path: every row of the trace, dropped ones included, for the features that
-// need a row at a time: a timeline, the segment map at peak reserved, integrity checks, the trace
-// clock, and the recorded threads in lockstep. Without any of them replay() runs the lean loop of
+// need a row at a time: a timeline, the segment map at peak reserved, integrity checks, and the
+// recorded threads in lockstep. Without any of them replay() runs the lean loop of
 // replay_loop.hpp instead. Both replay the same plan on the same streams, so they hand the target
 // the same requests: the results differ only in time.
 #include <cstddef>
@@ -16,19 +16,6 @@
 
 namespace gpumem::detail {
 
-// replay_options::trace_clock: the job's time at the row being replayed, in ns since its first row.
-class trace_time {
- public:
-  void at(std::int64_t time_us);
-  // The next pass starts right after this one ended.
-  void next_pass();
-  std::uint64_t now_ns() const { return now_ns_; }
-
- private:
-  std::int64_t first_us_ = -1, last_us_ = -1, day_offset_us_ = 0, pass_offset_us_ = 0;
-  std::uint64_t now_ns_ = 0;
-};
-
 // True when `o` asks for something only the general path does (see the top of this file).
 bool needs_rows(const trace& t, const replay_options& o);
 
@@ -37,7 +24,7 @@ class row_replay {
   // `streams[i]`: the target's stream for plan.streams[i]. Timeline and segment map go to `r`.
   // Everything given must outlive it.
   row_replay(const trace& t, const replay_plan& plan, std::vector<stream_ref> streams, const replay_options& o,
-             replay_target& tgt, trace_time& job_time, replay_integrity* integrity, std::size_t passes,
+             replay_target& tgt, replay_integrity* integrity, std::size_t passes,
              replay_result& r);
 
   // Replays every row once; returns the seconds it took.
@@ -66,7 +53,6 @@ class row_replay {
   const std::vector<stream_ref> streams_;
   const replay_options& o_;
   replay_target& tgt_;
-  trace_time& job_time_;
   replay_integrity* const integrity_;
   const std::size_t passes_;
   replay_result& r_;

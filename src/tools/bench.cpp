@@ -22,9 +22,11 @@
 #include "tools/bench_patterns.hpp"
 #include "tools/bench_peer_plugin.hpp"
 #include "tools/command.hpp"
+#include "tools/errors.hpp"
 #include "tools/host_speed.hpp"
 #include "tools/pool_option_args.hpp"
 #include "tools/progress.hpp"
+#include "tools/trace_input.hpp"
 
 #if GPUMEM_HAVE_CUDA
 #include "gpumem/cuda/availability.hpp"
@@ -48,8 +50,26 @@ struct bench_args {
   bool settle = false;  // --settle
 };
 
-// Trace files: those given, else every *.csv.gz in $GPUMEM_TRACES, shared/traces or
-// ../shared/traces (the first that exists).
+// The bundled example traces: installed beside the executable (PREFIX/share/gpumem/examples for
+// PREFIX/bin/gpumem), else the source tree's when this is a build tree's executable. Empty: neither.
+std::filesystem::path bundled_examples() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "gpumem" / "examples";
+    if (fs::is_directory(installed, ec)) return installed;
+  }
+#ifdef GPUMEM_SOURCE_EXAMPLES
+  if (fs::is_directory(GPUMEM_SOURCE_EXAMPLES, ec)) return GPUMEM_SOURCE_EXAMPLES;
+#endif
+  return {};
+}
+
+// Trace files: those given (a folder: every *.csv and *.csv.gz in it), else those in
+// $GPUMEM_TRACES, else in shared/traces or ../shared/traces from the current folder (the real
+// traces, where they are), else the bundled examples. The device traces only: a pinned host trace
+// (examples/pinned_host.csv) is for `gpumem doctor --pinned`.
 std::vector<std::filesystem::path> trace_files(const bench_args& a) {
   namespace fs = std::filesystem;
   std::vector<fs::path> out;
@@ -59,18 +79,24 @@ std::vector<std::filesystem::path> trace_files(const bench_args& a) {
     else out.emplace_back(t);
   }
   if (a.traces.empty()) {
-    if (const char* env = std::getenv("GPUMEM_TRACES")) dirs.emplace_back(env);
-    else
-      for (const char* d : {"shared/traces", "../shared/traces"})
-        if (fs::is_directory(d)) {
-          dirs.emplace_back(d);
-          break;
-        }
+    if (const char* env = std::getenv("GPUMEM_TRACES"); env && *env) dirs.emplace_back(env);
+    for (const char* d : {"shared/traces", "../shared/traces"})
+      if (dirs.empty() && fs::is_directory(d)) dirs.emplace_back(d);
+    if (dirs.empty()) {
+      if (fs::path examples = bundled_examples(); !examples.empty()) {
+        if (!a.json)
+          fmt::print(stderr, "gpumem bench: replaying the bundled example traces in {}\n", examples.string());
+        dirs.push_back(std::move(examples));
+      }
+    }
   }
   for (const auto& d : dirs) {
     std::vector<fs::path> found;
-    for (const auto& e : fs::directory_iterator(d))
-      if (e.path().filename().string().ends_with(".csv.gz")) found.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(d)) {
+      const std::string name = e.path().filename().string();
+      const bool trace_file = name.ends_with(".csv.gz") || name.ends_with(".csv");
+      if (trace_file && !name.starts_with("pinned")) found.push_back(e.path());
+    }
     std::sort(found.begin(), found.end());
     out.insert(out.end(), found.begin(), found.end());
   }
@@ -187,8 +213,7 @@ void print_tables(const std::vector<bench_result>& results, int reps, int rounds
     }
   }
   for (const auto& r : results)
-    if (!r.error.empty())
-      fmt::print("error: {} {} {}: {}\n", r.pattern, r.param(), r.allocator, r.error);
+    if (!r.error.empty()) print_error("bench", "{} {} {}: {}", r.pattern, r.param(), r.allocator, r.error);
 }
 
 int run_bench(const bench_args& args) {
@@ -238,9 +263,12 @@ int run_bench(const bench_args& args) {
       why = e.what();
       left_out += " (--no-auto-peers skips the search)";
     }
+    if (!why.empty() && named) {
+      print_error("bench", "{}: {}", how, why);
+      return exit_unavailable;
+    }
     if (!why.empty()) {
-      fmt::print(stderr, "gpumem bench: {}: {}{}\n", how, why, named ? "" : left_out);
-      if (named) return exit_unavailable;
+      fmt::print(stderr, "gpumem bench: {}: {}{}\n", how, why, left_out);
       continue;
     }
     makers.push_back(std::move(lib.maker));
@@ -252,7 +280,7 @@ int run_bench(const bench_args& args) {
       return std::find(args.allocators.begin(), args.allocators.end(), m.name) == args.allocators.end();
     });
     if (makers.empty()) {
-      fmt::print(stderr, "gpumem bench: no allocator matches --allocator\n");
+      print_error("bench", "--allocator: no allocator of this run is called that");
       return exit_unavailable;
     }
   }
@@ -260,7 +288,18 @@ int run_bench(const bench_args& args) {
   const bool all = args.pattern == "all";
   std::vector<trace> traces;
   if (all || args.pattern == "replay") {
-    for (const auto& f : trace_files(args)) traces.push_back(read_trace(f));
+    if (const std::string twice = stdin_named_twice(args.traces); !twice.empty()) {
+      print_error("bench", "--traces: {}", twice);
+      return exit_unavailable;
+    }
+    for (const auto& f : trace_files(args)) {
+      try {
+        traces.push_back(load_trace(f.string()));
+      } catch (const trace_error& e) {
+        print_error("bench", e.what());
+        return exit_unavailable;
+      }
+    }
     if (traces.empty())
       fmt::print(stderr, "gpumem bench: no traces found (give --traces DIR or set GPUMEM_TRACES); "
                          "replay skipped\n");
@@ -274,7 +313,7 @@ int run_bench(const bench_args& args) {
   if (!args.json_out.empty()) {
     json_file.open(args.json_out, std::ios::trunc);
     if (!json_file) {
-      fmt::print(stderr, "gpumem bench: --json-out {}: cannot open it for writing\n", args.json_out);
+      print_error("bench", "--json-out {}: cannot open it for writing", args.json_out);
       return exit_unavailable;
     }
   }
@@ -334,7 +373,7 @@ int run_bench(const bench_args& args) {
               traces, cfg));
         }
       } catch (const std::exception& e) {
-        fmt::print(stderr, "gpumem bench: {}: {}\n", m.name, e.what());
+        print_error("bench", "{}: {}", m.name, e.what());
       }
       results.insert(results.end(), got.begin(), got.end());
     }
@@ -350,7 +389,7 @@ int run_bench(const bench_args& args) {
     print_tables(results, args.reps, args.rounds);
   }
   if (json_file.is_open() && !json_file) {
-    fmt::print(stderr, "gpumem bench: --json-out {}: writing failed\n", args.json_out);
+    print_error("bench", "--json-out {}: writing failed", args.json_out);
     return exit_failure;
   }
   const bool failed = std::any_of(results.begin(), results.end(),
@@ -363,6 +402,7 @@ const registrar reg{command{
     [](CLI::App& sub, int& exit_code) {
       auto args = std::make_shared<bench_args>();
       sub.add_option("pattern", args->pattern, "pair | churn | threads | replay | all")
+          ->capture_default_str()
           ->check(CLI::IsMember({"pair", "churn", "threads", "replay", "all"}));
       sub.add_flag("--simulate", args->simulate,
                    "Simulated device (gpumem) and malloc, even when a GPU is there");
@@ -371,15 +411,17 @@ const registrar reg{command{
                      "Also write the JSON lines of --json to this file, as each figure is measured, while the "
                      "tables go to the terminal");
       sub.add_option("--reps", args->reps, "Timed runs per figure; the median is reported")
+          ->capture_default_str()
           ->check(CLI::Range(1, 1000));
       sub.add_option("--rounds", args->rounds,
                      "Run the whole sweep this many times, the allocators taking turns (reversed every other "
                      "round); each figure is the median of its rounds, every round's value in the JSON "
                      "(`round_values`). For hosts that change speed under a run")
-          ->check(CLI::Range(1, 100));
+          ->check(CLI::Range(1, 100))
+          ->capture_default_str();
       sub.add_option("--traces", args->traces,
-                     "Trace files or folders for replay (default: $GPUMEM_TRACES, shared/traces, "
-                     "../shared/traces)");
+                     "Trace files or folders for replay, - for standard input (default: $GPUMEM_TRACES, "
+                     "shared/traces or ../shared/traces, else the bundled examples)");
       sub.add_option("--allocator", args->allocators, "Only these allocators (by name)");
       sub.add_option("--peer-lib", args->peer_libs,
                      "A shared library offering one more peer (include/gpumem/bench_peer.h), timed in this process "
@@ -392,6 +434,11 @@ const registrar reg{command{
       sub.add_flag("--settle", args->settle,
                    "gpumem's pool: pool::settle between the cold and the warm replay pass, as a job calls it where "
                    "a step ends (outside the clock; its rows say settle=1)");
+      sub.footer(
+          "Exit code: 0; 1 when a figure could not be measured (an error row); 2 on bad input.\n\n"
+          "Examples:\n"
+          "  gpumem bench pair --simulate --reps 3\n"
+          "  gpumem bench replay --traces examples --json-out bench.jsonl");
       sub.callback([args, &exit_code] { exit_code = run_bench(*args); });
     }}};
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/command.hpp"
+#include "tools/errors.hpp"
 
 #if GPUMEM_HAVE_CUDA
 #include "gpumem/cuda/availability.hpp"
@@ -55,19 +56,20 @@ const registrar reg{command{
       auto device = std::make_shared<int>(0);
       sub.add_flag("--json", *json, "One JSON object on its own line");
       sub.add_option("--reps", *reps, "Timed runs per figure; the median is reported")
+          ->capture_default_str()
           ->check(CLI::Range(1, 1000));
-      sub.add_option("--device", *device, "Device ordinal")->check(CLI::NonNegativeNumber);
+      sub.add_option("--device", *device, "Device ordinal")->check(CLI::NonNegativeNumber)->capture_default_str();
+      sub.footer("Needs a GPU (exit 2 without one).\n\nExample:\n  gpumem bench-hierarchy --reps 11 --json");
       sub.callback([json, reps, device, &exit_code] {
 #if GPUMEM_HAVE_CUDA
         const gpu_status& gpu = gpu_available();
         if (!gpu) {
-          fmt::print(stderr, "gpumem bench-hierarchy: {}\n", gpu.reason);
+          print_error("bench-hierarchy", gpu.reason);
           exit_code = exit_unavailable;
           return;
         }
         if (*device >= gpu.device_count) {
-          fmt::print(stderr, "gpumem bench-hierarchy: --device {}: only {} device(s) visible\n",
-                     *device, gpu.device_count);
+          print_error("bench-hierarchy", "--device {}: only {} device(s) visible", *device, gpu.device_count);
           exit_code = exit_unavailable;
           return;
         }
@@ -77,7 +79,7 @@ const registrar reg{command{
         exit_code = exit_ok;
 #else
         (void)json; (void)reps; (void)device;
-        fmt::print(stderr, "gpumem bench-hierarchy: this build has no CUDA layer\n");
+        print_error("bench-hierarchy", "this build has no CUDA layer (configured without the CUDA toolkit)");
         exit_code = exit_unavailable;
 #endif
       });

@@ -1,9 +1,10 @@
 // `gpumem doctor TRACE... [--json] [--no-replay] [--pinned PINNED_TRACE [--pinned-cap BYTES]]`:
 // diagnoses allocation traces (the findings are documented in include/gpumem/doctor.hpp). Exit 0
-// when every trace was diagnosed, findings or not; 2 when a trace could not be read (the reader's
-// file:line message goes to stderr and the other traces still run). A pinned trace belongs to one
-// job, so it pairs with exactly one device trace; if it cannot be read nothing is diagnosed (a
-// report without the pinned finding asked for would pass for a clean one).
+// when every trace was diagnosed, findings or not; 2 when a trace could not be read or diagnosed
+// (reported on stderr, and the other traces still run). `-` reads a trace from standard input.
+// A pinned trace belongs to one job, so it pairs with exactly one device trace; if it cannot be
+// read nothing is diagnosed (a report without the pinned finding asked for would pass for a
+// clean one).
 #include <fmt/core.h>
 
 #include <cmath>
@@ -17,6 +18,8 @@
 #include "gpumem/trace.hpp"
 #include "gpumem/pool_option_table.hpp"
 #include "tools/command.hpp"
+#include "tools/errors.hpp"
+#include "tools/trace_input.hpp"
 
 namespace gpumem::tools {
 namespace {
@@ -97,26 +100,26 @@ void print_table(const doctor_report& r) {
 bool set_up_pinned(const doctor_args& args, trace& pinned, doctor_options& opts) {
   if (args.pinned.empty()) return true;
   if (args.traces.size() != 1) {
-    fmt::print(stderr, "gpumem doctor: --pinned pairs one pinned trace with one device trace, but {} "
-                       "device traces were given\n", args.traces.size());
+    print_error("doctor", "--pinned pairs one pinned trace with one device trace, but {} device traces were given",
+                args.traces.size());
     return false;
   }
   if (!args.pinned_cap.empty()) {
     try {
       opts.pinned_cap_bytes = parse_byte_size(args.pinned_cap);
     } catch (const std::invalid_argument& e) {
-      fmt::print(stderr, "gpumem doctor: --pinned-cap: {}\n", e.what());
+      print_error("doctor", "--pinned-cap: {}", e.what());
       return false;
     }
     if (opts.pinned_cap_bytes == 0) {
-      fmt::print(stderr, "gpumem doctor: --pinned-cap: the cap must be above 0 bytes\n");
+      print_error("doctor", "--pinned-cap: the cap must be above 0 bytes");
       return false;
     }
   }
   try {
-    pinned = read_trace(args.pinned);
+    pinned = load_trace(args.pinned);
   } catch (const trace_error& e) {
-    fmt::print(stderr, "gpumem doctor: pinned trace: {}\n", e.what());
+    print_error("doctor", e.what());
     return false;
   }
   opts.pinned = &pinned;
@@ -126,19 +129,29 @@ bool set_up_pinned(const doctor_args& args, trace& pinned, doctor_options& opts)
 int run(const doctor_args& args) {
   doctor_options opts;
   if (!args.no_replay) opts.replayer = [](const trace& t, const replay_options& o) { return replay(t, o); };
+  std::vector<std::string> inputs = args.traces;
+  if (!args.pinned.empty()) inputs.push_back(args.pinned);
+  if (const std::string twice = stdin_named_twice(inputs); !twice.empty()) {
+    print_error("doctor", twice);
+    return exit_unavailable;
+  }
   trace pinned;
   if (!set_up_pinned(args, pinned, opts)) return exit_unavailable;
   int rc = exit_ok;
   for (const auto& path : args.traces) {
-    trace t;
+    doctor_report report;
     try {
-      t = read_trace(path);
+      const trace t = load_trace(path);
+      report = diagnose(t, opts);
     } catch (const trace_error& e) {
-      fmt::print(stderr, "gpumem doctor: {}\n", e.what());
+      print_error("doctor", e.what());
+      rc = exit_unavailable;
+      continue;
+    } catch (const std::exception& e) {
+      print_error("doctor", "{}: {}", path == stdin_path ? std::string(stdin_name) : path, e.what());
       rc = exit_unavailable;
       continue;
     }
-    const doctor_report report = diagnose(t, opts);
     if (args.json)
       fmt::print("{}\n", to_json(report).dump());
     else
@@ -150,11 +163,14 @@ int run(const doctor_args& args) {
 const registrar reg{{"doctor", "Diagnose allocation traces: churn, fragmentation, leaks, failures, ...",
                      [](CLI::App& sub, int& exit_code) {
                        auto args = std::make_shared<doctor_args>();
-                       sub.add_option("traces", args->traces, "RMM log CSV traces, plain or gzip")
+                       sub.add_option("traces", args->traces,
+                                      "RMM log CSV traces, plain or gzip (- reads standard input)")
                            ->required();
                        sub.add_flag("--json", args->json, "One JSON object per trace, one per line");
                        sub.add_flag("--no-replay", args->no_replay,
-                                    "Skip the fragmentation and slow-path-remapping findings (they replay the trace)");
+                                    "Skip the findings that replay the trace through the pool (fragmentation "
+                                    "and slow-path-remapping, several replays each); the report lists them as "
+                                    "skipped");
                        CLI::Option* pinned = sub.add_option(
                            "--pinned", args->pinned,
                            "Pinned host allocations of the same job (RMM log CSV, as trace_adaptor "
@@ -163,6 +179,14 @@ const registrar reg{{"doctor", "Diagnose allocation traces: churn, fragmentation
                                       "The pinned cap to judge against, e.g. 8GiB (default: 20% of "
                                       "this machine's RAM, pinned_host_resource's default)")
                            ->needs(pinned);
+                       sub.footer(
+                           "Exit code: 0 when every trace was diagnosed, findings or not; 2 when one could not "
+                           "be\nread (reported, and the other traces still run).\n\n"
+                           "Examples:\n"
+                           "  gpumem doctor examples/pitfalls.csv\n"
+                           "  gpumem doctor examples/small_training.csv --pinned examples/pinned_host.csv "
+                           "--pinned-cap 8GiB\n"
+                           "  zcat job.csv.gz | gpumem doctor --json -");
                        sub.callback([args, &exit_code] { exit_code = run(*args); });
                      }}};
 

@@ -7,26 +7,29 @@
 #include "gpumem/sim_device.hpp"
 
 namespace gpumem::tools {
+namespace {
 
-struct host_probe::state {
-  sim_device dev;
-  pool p{dev.memory(), dev.streams()};
+// A simulated device and a pool on it, kept warm (front cache and slab set up), whose pair is
+// timed on demand on the calling thread.
+class host_probe {
+ public:
+  host_probe() { ns_per_pair(64); }  // sets up the front cache and the slab: later pairs take the common path
+  // ns per pair over `pairs` pairs, timed once: the host's speed at this moment, slow or not.
+  double ns_per_pair(int pairs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < pairs; ++i) {
+      void* q = p_.allocate(512);
+      p_.deallocate(q, 512);
+    }
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / pairs;
+  }
+
+ private:
+  sim_device dev_;
+  pool p_{dev_.memory(), dev_.streams()};
 };
 
-host_probe::host_probe() : s_(std::make_unique<state>()) {
-  ns_per_pair(64);  // sets up the front cache and the slab: every later pair takes the common path
-}
-host_probe::~host_probe() = default;
-
-double host_probe::ns_per_pair(int pairs) {
-  pool& p = s_->p;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < pairs; ++i) {
-    void* q = p.allocate(512);
-    p.deallocate(q, 512);
-  }
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / pairs;
-}
+}  // namespace
 
 double host_ns_per_sim_pair() {
   host_probe probe;

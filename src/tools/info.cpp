@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/command.hpp"
+#include "tools/errors.hpp"
 
 #if GPUMEM_HAVE_CUDA
 #include "gpumem/cuda/availability.hpp"
@@ -75,16 +76,17 @@ const registrar reg{command{
       sub.add_flag("--json", *json, "One JSON object per device on its own line");
       sub.add_option("--device", *device, "Device ordinal (default: every visible device)")
           ->check(CLI::NonNegativeNumber);
+      sub.footer("Needs a GPU (exit 2 without one).\n\nExample:\n  gpumem info --device 0 --json");
       sub.callback([json, device, &exit_code] {
 #if GPUMEM_HAVE_CUDA
         const gpu_status& gpu = gpu_available();
         if (!gpu) {
-          fmt::print(stderr, "gpumem info: {}\n", gpu.reason);
+          print_error("info", gpu.reason);
           exit_code = exit_unavailable;
           return;
         }
         if (*device >= gpu.device_count) {
-          fmt::print(stderr, "gpumem info: --device {}: only {} device(s) visible\n", *device, gpu.device_count);
+          print_error("info", "--device {}: only {} device(s) visible", *device, gpu.device_count);
           exit_code = exit_unavailable;
           return;
         }
@@ -99,7 +101,7 @@ const registrar reg{command{
 #else
         (void)json;
         (void)device;
-        fmt::print(stderr, "gpumem info: this build has no CUDA layer (configured without the CUDA toolkit)\n");
+        print_error("info", "this build has no CUDA layer (configured without the CUDA toolkit)");
         exit_code = exit_unavailable;
 #endif
       });

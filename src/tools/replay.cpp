@@ -11,9 +11,10 @@
 #include "gpumem/pool_option_table.hpp"
 #include "tools/command.hpp"
 #include "tools/count_arg.hpp"
-#include "tools/host_speed.hpp"
+#include "tools/errors.hpp"
 #include "tools/pool_option_args.hpp"
 #include "tools/progress.hpp"
+#include "tools/trace_input.hpp"
 
 namespace gpumem::tools {
 namespace {
@@ -22,17 +23,14 @@ struct replay_args {
   std::vector<std::string> traces;
   std::vector<std::string> resources{"pool"};
   std::string capacity = "80G";
-  bool simulate = true;
   bool json = false;
   bool min_capacity = false;
   std::size_t passes = 1;
   std::string ops;           // --ops: a count; empty: --passes decides
   std::string verify_every;  // --verify-every: a count; empty: no integrity checks
   std::size_t device_lag = 0;  // --device-lag
-  bool trace_clock = false;    // --trace-clock
   bool recorded_threads = false;  // --recorded-threads
   bool settle = false;            // --settle
-  bool host_probe = false;        // --host-probe
   pool_options pool;  // --idle-budget, --grow-before-reclaim
 };
 
@@ -73,7 +71,6 @@ nlohmann::json to_json(const replay_result& r) {
                      {"map_unmap_calls", p.map_unmap_calls},
                      {"driver_granules", p.driver_granules},
                      {"seconds", p.seconds}});
-      if (p.host_probe_ns > 0) log.back()["host_probe_ns"] = p.host_probe_ns;
     }
   }
   if (r.integrity_checked) {
@@ -95,21 +92,6 @@ void print_soak(const replay_result& r) {
     fmt::print("  soak: {} passes, {} ops; peak reserved after pass 1 {} B, in later passes {} B: growth {:+.3f}%\n",
                r.passes, r.ops, r.reserved_after_first_pass_bytes, r.max_reserved_later_passes_bytes,
                100.0 * r.soak_growth);
-  // --host-probe: each logged pass's own ns/op beside the host's figure taken right after it. (A
-  // long soak logs every k-th pass: the time between two entries is then k passes'.)
-  if (!r.pass_log.empty() && r.pass_log.front().host_probe_ns > 0) {
-    const double ops_per_pass = double(r.ops) / double(r.passes);
-    std::string by_pass;
-    double before = 0;
-    std::size_t prev_pass = 0;
-    for (const auto& p : r.pass_log) {
-      const double passes_here = double(p.pass + 1 - prev_pass);
-      by_pass += fmt::format(" {:.1f}/{:.1f}", (p.seconds - before) * 1e9 / (ops_per_pass * passes_here), p.host_probe_ns);
-      before = p.seconds;
-      prev_pass = p.pass + 1;
-    }
-    fmt::print("  by pass, ns/op / host ns per simulated 512 B pair:{}\n", by_pass);
-  }
   if (!r.integrity_checked) return;
   fmt::print("  integrity: {} blocks checked for overlap and alignment, {} verified ({}); overlaps {}, misaligned {}, "
              "mismatched words {}: {}\n",
@@ -141,58 +123,72 @@ void print_upstream(const replay_result& r) {
 
 int run(const replay_args& a) {
   replay_options base;
-  base.capacity_bytes = parse_byte_size(a.capacity);
+  try {
+    base.capacity_bytes = parse_byte_size(a.capacity);
+  } catch (const std::invalid_argument& e) {
+    print_error("replay", "--capacity: {}", e.what());
+    return exit_unavailable;
+  }
   base.passes = a.passes;
   base.pool = a.pool;
   base.device_lag_ops = a.device_lag;
-  base.trace_clock = a.trace_clock;
   base.recorded_threads = a.recorded_threads;
   base.settle_between_passes = a.settle;
-  // One probe for the whole run, set up here (outside every pass), timing ~5,000 pairs (~0.1 ms)
-  // after each pass: short next to a host's slow phase of ~10 ms. Its pool then holds the thread's
-  // last-pool slot, so the replayed pool's next call (a free of what the pass left live, outside
-  // the clock, or else the next pass's first request) finds its front cache by a search of the
-  // thread's short list of pools.
-  std::shared_ptr<host_probe> probe;
-  if (a.host_probe) {
-    probe = std::make_shared<host_probe>();
-    base.host_probe = [probe] { return probe->ns_per_pair(5'000); };
-  }
   if (!a.ops.empty()) base.min_ops = parse_count(a.ops);
   if (!a.verify_every.empty()) {
     base.check_integrity = true;
     base.verify_every = parse_count(a.verify_every);
   }
-  bool any_failed = false;
+  if (const std::string twice = stdin_named_twice(a.traces); !twice.empty()) {
+    print_error("replay", twice);
+    return exit_unavailable;
+  }
+  // Every trace runs: one that cannot be read or replayed is reported and the next one goes on.
+  bool any_failed = false, any_unusable = false;
   if (!a.json)
-    fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8} {:>9} {:>7}{}\n", "trace", "resource", "ops",
-               "peak_live_B", "peak_reserved_B", "frag", "ns/op", "failed", a.min_capacity ? "  min_capacity_B" : "");
+    fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8} {:>9} {:>7} {:>12}{}\n", "trace", "resource", "ops",
+               "peak_live_B", "peak_reserved_B", "frag", "ns/op", "failed", "trace_failed",
+               a.min_capacity ? "  min_capacity_B" : "");
   for (const auto& path : a.traces) {
-    const trace t = read_trace(path);
+    trace t;
+    try {
+      t = load_trace(path);
+    } catch (const trace_error& e) {
+      print_error("replay", e.what());
+      any_unusable = true;
+      continue;
+    }
     for (const auto& res : a.resources) {
       replay_options o = base;
       o.resource = res;
-      progress_bar bar(fmt::format("replay {} ({})", t.name, res));
-      o.progress = std::ref(bar);
-      replay_result r = replay(t, o);
-      bar.finish();
-      any_failed |= r.failed_allocs > 0 || r.integrity_mismatches() > 0;
+      replay_result r;
       std::size_t minimum = 0;
-      if (a.min_capacity) minimum = gpumem::min_capacity(t, o);
+      try {
+        progress_bar bar(fmt::format("replay {} ({})", t.name, res));
+        o.progress = std::ref(bar);
+        r = replay(t, o);
+        bar.finish();
+        if (a.min_capacity) minimum = gpumem::min_capacity(t, o);
+      } catch (const std::exception& e) {
+        print_error("replay", "{} ({}): {}", t.name, res, e.what());
+        any_unusable = true;
+        continue;
+      }
+      any_failed |= r.failed_allocs > 0 || r.integrity_mismatches() > 0;
       if (a.json) {
         auto j = to_json(r);
         if (a.min_capacity) j["min_capacity_bytes"] = minimum;
         fmt::print("{}\n", j.dump());
       } else {
-        fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8.3f} {:>9.1f} {:>7}{}\n", r.trace, r.resource, r.ops,
-                   r.peak_live_bytes, r.peak_reserved_bytes, r.fragmentation, r.ns_per_op, r.failed_allocs,
-                   a.min_capacity ? fmt::format("  {:>14}", minimum) : "");
+        fmt::print("{:<28} {:<14} {:>9} {:>14} {:>14} {:>8.3f} {:>9.1f} {:>7} {:>12}{}\n", r.trace, r.resource,
+                   r.ops, r.peak_live_bytes, r.peak_reserved_bytes, r.fragmentation, r.ns_per_op, r.failed_allocs,
+                   r.trace_failures, a.min_capacity ? fmt::format("  {:>14}", minimum) : "");
         print_soak(r);
         print_upstream(r);
       }
     }
   }
-  return any_failed ? exit_failure : exit_ok;
+  return any_unusable ? exit_unavailable : any_failed ? exit_failure : exit_ok;
 }
 
 const registrar reg{command{
@@ -202,20 +198,21 @@ const registrar reg{command{
       register_gpu_replay_targets();  // gpu-pool, gpu-pool-segments, cuda-malloc-async
 #endif
       auto args = std::make_shared<replay_args>();
-      sub.add_option("traces", args->traces, "trace files")->required()->check(CLI::ExistingFile);
+      sub.add_option("traces", args->traces, "trace files (RMM log CSV, plain or gzip; - reads standard input)")
+          ->required();
       std::string names;
       for (const auto& n : replay_resources()) names += (names.empty() ? "" : ", ") + n;
-      sub.add_option("--resource", args->resources, "resource(s), comma separated: " + names)
+      sub.add_option("--resource", args->resources,
+                     "resource(s), comma separated: " + names +
+                         " (the gpu-* ones and cuda-malloc-async run on the GPU, the others on the simulated device)")
           ->delimiter(',')
           ->capture_default_str();
-      sub.add_flag("--simulate", args->simulate,
-                   "accepted for clarity: pool, pool-segments, exact and malloc run on the simulated device; "
-                   "gpu-pool, gpu-pool-segments and cuda-malloc-async on the GPU");
       sub.add_option("--capacity", args->capacity, "device capacity, e.g. 80G")->capture_default_str();
       sub.add_flag("--json", args->json, "one JSON object per trace and resource, each on its own line");
       auto* passes =
           sub.add_option("--passes", args->passes, "replay each trace this many times back to back on one resource (a soak)")
-              ->check(CLI::Range(1, 100000));
+              ->check(CLI::Range(1, 100000))
+              ->capture_default_str();
       sub.add_option("--ops", args->ops, "a soak of at least this many operations (e.g. 1e8): as many passes as that takes")
           ->check(count_at_least(1))
           ->excludes(passes);
@@ -228,9 +225,6 @@ const registrar reg{command{
                      "as a GPU running behind the host (0, the default: at once)")
           ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40))
           ->capture_default_str();
-      sub.add_flag("--trace-clock", args->trace_clock,
-                   "pool resources with --remap-time-budget: the budget runs on the trace's timestamps (the "
-                   "recorded job's time, its GPU work included) instead of the replay's own");
       sub.add_flag("--recorded-threads", args->recorded_threads,
                    "issue each row on a thread of its own for each thread the trace names, in trace order (a "
                    "pool keeps a front cache per thread; PyTorch's backward runs on a thread of its own): for "
@@ -239,13 +233,17 @@ const registrar reg{command{
                    "pool resources, with --passes or --ops: pool::settle between passes, as a job calls it where "
                    "each step ends (cached blocks and empty slabs back to the pool's free memory, nothing to the "
                    "device), so each pass starts from the layout the first started from");
-      sub.add_flag("--host-probe", args->host_probe,
-                   "with --passes or --ops: after each pass, outside the clock, time ~5,000 simulated 512 B "
-                   "alloc+free pairs (the host's speed just then) and log it with the pass (JSON: pass_log's "
-                   "host_probe_ns), so a slow pass can be told from a slow host");
       add_pool_tuning_options(sub, args->pool, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
+      sub.footer(
+          "Exit code: 0; 1 when a request failed in the replay or an integrity check found a problem; 2 when a\n"
+          "trace could not be read or replayed (reported, and the other traces still run).\n"
+          "The table's `failed` counts the replay's failed requests, `trace_failed` the trace's own\n"
+          "`allocate failure` rows.\n\n"
+          "Examples:\n"
+          "  gpumem replay examples/vision_two_streams.csv --resource pool,pool-segments\n"
+          "  zcat job.csv.gz | gpumem replay - --passes 10 --verify-every 256 --json");
       sub.callback([args, &exit_code] { exit_code = run(*args); });
     }}};
 

@@ -12,7 +12,7 @@ add_test(NAME cli_bench_json_out_unwritable_refused
   COMMAND sh -c "\"$0\" bench pair --simulate --reps 1 --json-out /nonexistent-dir/x.jsonl; echo \"exit $?\""
           $<TARGET_FILE:gpumem_cli>)
 set_tests_properties(cli_bench_json_out_unwritable_refused PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "gpumem bench: --json-out /nonexistent-dir/x.jsonl: cannot open it for writing\nexit 2"
+  PASS_REGULAR_EXPRESSION "gpumem bench: error: --json-out /nonexistent-dir/x.jsonl: cannot open it for writing\nexit 2"
   FAIL_REGULAR_EXPRESSION "gpumem bench: gpumem-sim")
 
 # Every pool option bench takes is named in gpumem's rows when it is not the default, so two runs'

@@ -40,13 +40,13 @@ function(gpumem_doctor_pinned_refused name regex)
   set_tests_properties(${name} PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "${regex}")
 endfunction()
 gpumem_doctor_pinned_refused(cli_doctor_pinned_bad_trace
-  "pinned trace: .*bad_action.csv:3: unknown action `release`.*exit 2"
+  "gpumem doctor: error: [^\n]*bad_action.csv:3: unknown action `release`.*exit 2"
   ${_pinned_examples}/small_training.csv --pinned ${_pinned_data}/bad_action.csv)
 gpumem_doctor_pinned_refused(cli_doctor_pinned_missing_trace
-  "pinned trace: .*no_such_pinned.csv.*exit 2"
+  "gpumem doctor: error: [^\n]*no_such_pinned.csv: .*exit 2"
   ${_pinned_examples}/small_training.csv --pinned ${_pinned_data}/no_such_pinned.csv)
 gpumem_doctor_pinned_refused(cli_doctor_pinned_bad_cap
-  "--pinned-cap: 'lots' is not a byte size.*exit 2"
+  "gpumem doctor: error: --pinned-cap: 'lots' is not a byte size.*exit 2"
   ${_pinned_examples}/small_training.csv --pinned ${_pinned_examples}/pinned_host.csv --pinned-cap lots)
 gpumem_doctor_pinned_refused(cli_doctor_pinned_zero_cap
   "--pinned-cap: the cap must be above 0 bytes.*exit 2"

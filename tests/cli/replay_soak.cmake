@@ -50,16 +50,11 @@ add_test(NAME cli_replay_without_settle_the_example_grows
 set_tests_properties(cli_replay_without_settle_the_example_grows PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\"soak_growth\":0\\.0*[1-9]")
 
-# `gpumem replay --host-probe`: every pass's entry carries the host's figure taken after it, and the
-# table shows each pass's ns/op beside it; without the flag no entry has one.
-add_test(NAME cli_replay_host_probe_json
-  COMMAND $<TARGET_FILE:gpumem_cli> replay ${_soak_trace} --passes 3 --host-probe --json)
-set_tests_properties(cli_replay_host_probe_json PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"host_probe_ns\":[0-9.e+-]+,[^]]*\"pass\":1,.*\"host_probe_ns\":[0-9.e+-]+,[^]]*\"pass\":2,.*\"host_probe_ns\":[0-9.e+-]+,[^]]*\"pass\":3,")
-add_test(NAME cli_replay_host_probe_table
-  COMMAND $<TARGET_FILE:gpumem_cli> replay ${_soak_trace} --passes 3 --host-probe)
-set_tests_properties(cli_replay_host_probe_table PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "by pass, ns/op / host ns per simulated 512 B pair: [0-9.]+/[0-9.]+ [0-9.]+/[0-9.]+ [0-9.]+/[0-9.]+\n")
-add_test(NAME cli_replay_without_host_probe_logs_none
-  COMMAND $<TARGET_FILE:gpumem_cli> replay ${_soak_trace} --passes 3 --json)
-set_tests_properties(cli_replay_without_host_probe_logs_none PROPERTIES LABELS cpu FAIL_REGULAR_EXPRESSION "host_probe_ns")
+# Flags that left no decision to a user are gone: two served one device experiment each, and
+# --simulate changed nothing (the resource says where a replay runs).
+foreach(_flag --host-probe --trace-clock --simulate)
+  add_test(NAME cli_replay_no${_flag}
+    COMMAND sh -c "\"$0\" replay \"$1\" --passes 2 \"$2\" 2>&1; echo \"exit $?\"" $<TARGET_FILE:gpumem_cli> ${_soak_trace} ${_flag})
+  set_tests_properties(cli_replay_no${_flag} PROPERTIES LABELS cpu
+    PASS_REGULAR_EXPRESSION "gpumem replay: error: [^\n]*${_flag}[^\n]*\nexit 2\n$")
+endforeach()

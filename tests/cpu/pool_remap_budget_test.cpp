@@ -148,27 +148,4 @@ TEST(RemapTimeBudget, OnAVaryingShapeTraceTheBudgetCutsTheMoves) {
   EXPECT_GE(bounded.peak_reserved_bytes, free_hand.peak_reserved_bytes);
 }
 
-// replay_options::trace_clock: the budget runs on the recorded job's timestamps, so a replay is
-// the same every time (on the replay's own clock it depends on the machine's speed), and the job's
-// seconds give the budget room that the replay's milliseconds do not.
-TEST(RemapTimeBudget, OnTheTracesClockAReplayIsTheSameEveryTime) {
-  const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
-  auto run = [&] {
-    replay_options o;
-    o.trace_clock = true;
-    o.pool.remap_time_budget = 0.02;
-    o.pool.remap_cost_ns_per_granule = 36e3;
-    const replay_result r = replay(t, o);
-    EXPECT_EQ(r.failed_allocs, 0u);
-    return r.stats;
-  };
-  const pool_stats a = run(), b = run();
-  EXPECT_EQ(a.maps, b.maps);
-  EXPECT_EQ(a.unmaps, b.unmaps);
-  EXPECT_EQ(a.remaps_deferred, b.remaps_deferred);
-  EXPECT_EQ(a.remap_ns, b.remap_ns);
-  EXPECT_EQ(a.peak_reserved_bytes, b.peak_reserved_bytes);
-  EXPECT_GT(a.remap_ns, 0u);
-}
-
 }  // namespace

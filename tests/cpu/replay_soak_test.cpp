@@ -141,29 +141,6 @@ TEST(replay_soak, pass_log_counts_the_slow_path_so_far) {
   EXPECT_GT(r.pass_log.back().seconds, 0.0);
 }
 
-// replay_options::host_probe: called once after each pass, its figure logged with that pass, and
-// its time left out of the passes' (each call sleeps 50 ms; three passes of this example take
-// well under a millisecond each).
-TEST(replay_soak, host_probe_runs_after_each_pass_outside_the_clock) {
-  const trace t = read_trace(examples + "/small_training.csv");
-  replay_options o;
-  o.passes = 3;
-  int calls = 0;
-  o.host_probe = [&calls] {
-    ++calls;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return 1.5 * calls;
-  };
-  const replay_result r = replay(t, o);
-  EXPECT_EQ(calls, 3);
-  ASSERT_EQ(r.pass_log.size(), 3u);
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(r.pass_log[i].host_probe_ns, 1.5 * double(i + 1));
-  EXPECT_LT(r.pass_log.back().seconds, 0.15) << "the probe's sleeps were timed with the passes";
-
-  o.host_probe = nullptr;  // without one: nothing logged
-  for (const auto& p : replay(t, o).pass_log) EXPECT_EQ(p.host_probe_ns, 0.0);
-}
-
 // Every 50th block lands inside the block handed out just before it, while that one is live.
 struct overlapping_target : wrapped_replay_target {
   overlapping_target() : wrapped_replay_target(make_inner_target("pool")) {}
