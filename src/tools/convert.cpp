@@ -12,6 +12,8 @@
 #include "gpumem/trace.hpp"
 #include "gpumem/trace_perfetto.hpp"
 #include "tools/command.hpp"
+#include "tools/errors.hpp"
+#include "tools/trace_input.hpp"
 
 namespace gpumem::tools {
 namespace {
@@ -28,9 +30,9 @@ struct convert_args {
 int run(const convert_args& a) {
   trace t;
   try {
-    t = read_trace(a.trace);
+    t = load_trace(a.trace);
   } catch (const trace_error& e) {
-    fmt::print(stderr, "gpumem convert: {}\n", e.what());
+    print_error("convert", e.what());
     return exit_unavailable;
   }
   perfetto_options o;
@@ -42,7 +44,7 @@ int run(const convert_args& a) {
   if (out) s = write_perfetto_json(out, t, o);
   out.close();
   if (!out) {
-    fmt::print(stderr, "gpumem convert: cannot write {}\n", a.output);
+    print_error("convert", "{}: cannot write the file", a.output);
     return exit_unavailable;
   }
   fmt::print("{}: {} events ({} allocations on {} stream tracks; live{} bytes) -> {}\n", t.name, s.events, s.slices,
@@ -55,7 +57,7 @@ const registrar reg{command{
     "convert", "Convert a trace to another format: --to perfetto (Chrome trace / Perfetto JSON timeline)",
     [](CLI::App& sub, int& exit_code) {
       auto args = std::make_shared<convert_args>();
-      sub.add_option("trace", args->trace, "trace file (RMM log CSV, plain or .gz)")->required()->check(CLI::ExistingFile);
+      sub.add_option("trace", args->trace, "trace file (RMM log CSV, plain or .gz; - reads standard input)")->required();
       sub.add_option("--to", args->to, "output format")->required()->check(CLI::IsMember({"perfetto"}));
       sub.add_option("-o,--output", args->output, "the file to write")->required();
       std::string names;
@@ -64,6 +66,11 @@ const registrar reg{command{
           ->capture_default_str();
       sub.add_option("--capacity", args->capacity, "simulated device capacity, e.g. 80G")->capture_default_str();
       sub.add_flag("--live-only", args->live_only, "no replay: live bytes only, no reserved counter");
+      sub.footer(
+          "Example:\n"
+          "  gpumem convert examples/vision_two_streams.csv --to perfetto -o vision.json\n"
+          "  (open vision.json in ui.perfetto.dev or chrome://tracing)\n"
+          "Exit codes: 0 written; 2 the trace could not be read or the file not written.");
       sub.callback([args, &exit_code] { exit_code = run(*args); });
     }}};
 
