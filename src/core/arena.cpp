@@ -37,7 +37,7 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   kept_.assign(granules, physical_handle{0});
   remap_refilled_at_ = now_ns();
   // The whole range starts as one unmapped ready block: one run.
-  auto it = emplace_block(range_base_, block{range_bytes_, 0, state::ready, false, 0, 0, {}});
+  auto it = emplace_block(range_base_, block{range_bytes_, 0, state::ready, false, {}, 0, {}});
   index_insert(it);
   run_add(range_base_, range_bytes_);
 }
@@ -184,7 +184,7 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   auto base = reinterpret_cast<std::uintptr_t>(p);
   segments_.push_back({base, seg, true});
   segment_bytes_ += seg;
-  auto it = emplace_block(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, true, 0, 0, {}});
+  auto it = emplace_block(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, true, {}, 0, {}});
   index_insert(it);
   return true;
 }
@@ -200,7 +200,7 @@ bool arena::reserve_upfront(std::size_t bytes, std::string* why) {
   }
   // The whole range is one unmapped ready block: its bottom granules become mapped ready memory,
   // idle, as growth would leave them. (map_window gives back what it took if any piece fails.)
-  return map_window(range_base_, align_up(bytes, granule_), 0, true, why);
+  return map_window(range_base_, align_up(bytes, granule_), stream_ref{}, true, why);
 }
 
 std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow, std::string* why,
@@ -537,10 +537,10 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
   if (it->first < a) {
     it->second.size = a - it->first;
     index_insert(it);
-    it = emplace_block_before(std::next(it), a, block{end - a, it->second.segment, state::ready, !mapped, 0, 0, {}});
+    it = emplace_block_before(std::next(it), a, block{end - a, it->second.segment, state::ready, !mapped, {}, 0, {}});
   }
   if (end > e) {
-    auto tail = emplace_block_before(std::next(it), e, block{end - e, it->second.segment, state::ready, !mapped, 0, 0, {}});
+    auto tail = emplace_block_before(std::next(it), e, block{end - e, it->second.segment, state::ready, !mapped, {}, 0, {}});
     index_insert(tail);
     it->second.size = e - a;
   }
@@ -949,7 +949,7 @@ void arena::finish_retiring(block_map::iterator it) {
   add_busy(a, it->second.size, false);  // unmapped now: not idle
   it->second.st = state::ready;
   it->second.mapped = false;
-  it->second.stream = 0;
+  it->second.stream = {};
   it->second.seq = 0;
   run_add(a, it->second.size);
   make_free(it);
@@ -1287,7 +1287,7 @@ void arena::promote() {
     auto it = find_block(addr);
     index_erase(it);
     it->second.st = state::ready;
-    it->second.stream = 0;
+    it->second.stream = {};
     it->second.mapped = true;
     if (virtual_) add_busy(it->first, it->second.size, false);  // still in its run
     make_free(it);
@@ -1297,7 +1297,7 @@ void arena::promote() {
     const auto& w = it->second.waits;
     if (std::all_of(w.begin(), w.end(), [&](const stream_mark& m) { return clock_.met(m); })) {
       it->second.st = state::ready;
-      it->second.stream = 0;
+      it->second.stream = {};
       it->second.waits.clear();
       it->second.mapped = true;
       if (virtual_) {
@@ -1509,9 +1509,9 @@ void arena::check() const {
   // its list.
   std::size_t owned_indexed = 0;
   for (const auto& [s, o] : owned_) {
-    if (o.empty()) fail(fmt::format("stream {:#x} has an empty owned index", s));
-    if (!virtual_ && o.list.head) fail(fmt::format("the owned blocks of stream {:#x} are in a list on a plain upstream", s));
-    check_list(o.list, fmt::format("the owned list of stream {:#x}", s),
+    if (o.empty()) fail(fmt::format("stream {:#x} has an empty owned index", s.value()));
+    if (!virtual_ && o.list.head) fail(fmt::format("the owned blocks of stream {:#x} are in a list on a plain upstream", s.value()));
+    check_list(o.list, fmt::format("the owned list of stream {:#x}", s.value()),
                [s = s](const block& b) { return b.st == state::owned && b.stream == s; });
     owned_indexed += o.by_size.size() + o.list.count;
   }
