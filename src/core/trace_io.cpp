@@ -190,9 +190,9 @@ class parser {
     return v;
   }
 
-  // A pointer (or stream) as printed: hex with a 0x prefix. The null pointer also as RMM writes it
-  // elsewhere: `(nil)` from glibc's printf %p (a failed allocation's pointer), `0` from an ostream
-  // (the default stream).
+  // A pointer (or stream) as RMM prints it: hex with a 0x prefix, and the null pointer also as
+  // `(nil)` (glibc's printf %p: a failed allocation's pointer) or `0` (%llx, and an ostream's
+  // spelling of the default stream).
   std::uint64_t parse_hex(std::string_view s, const char* what, std::string_view line,
                           std::uint64_t line_no) const {
     constexpr const char* expected = "is not hex with a 0x prefix (like 0x7f3a00000000) nor a null "
