@@ -73,7 +73,7 @@ struct use_malloc {
     static malloc_alloc m;
     return m;
   }
-  static stream_ref stream(int) { return 0; }
+  static stream_ref stream(int) { return {}; }
 };
 
 struct block {
@@ -105,11 +105,11 @@ template <class Use>
 void pair(benchmark::State& state) {
   auto& a = Use::get();
   const auto bytes = static_cast<std::size_t>(state.range(0));
-  a.free(a.alloc(bytes, 0), bytes, 0);  // warm
+  a.free(a.alloc(bytes, stream_ref{}), bytes, stream_ref{});  // warm
   for (auto _ : state) {
-    void* p = a.alloc(bytes, 0);
+    void* p = a.alloc(bytes, stream_ref{});
     benchmark::DoNotOptimize(p);
-    a.free(p, bytes, 0);
+    a.free(p, bytes, stream_ref{});
   }
   state.SetItemsProcessed(2 * state.iterations());
 }
@@ -140,7 +140,7 @@ void steps(benchmark::State& state, std::size_t live, std::size_t lo, std::size_
 
 template <class Use>
 void churn(benchmark::State& state) {
-  steps<Use>(state, 1000, 256, std::size_t{64} << 20, 0, 42);
+  steps<Use>(state, 1000, 256, std::size_t{64} << 20, stream_ref{}, 42);
 }
 
 template <class Use>
@@ -186,7 +186,7 @@ void replay_on_pool(benchmark::State& state, const gpumem::replay_plan& plan, bo
   gpumem::pool_options po;
   po.grow_before_reclaim = grow_first;
   gpumem::pool pool(dev.memory(), dev.streams(), po);
-  std::vector<stream_ref> streams{0};
+  std::vector<stream_ref> streams{stream_ref{}};
   while (streams.size() < plan.streams.size()) streams.push_back(dev.create_stream());
   struct on_pool {
     gpumem::pool& p;
@@ -201,7 +201,7 @@ void replay_on_pool(benchmark::State& state, const gpumem::replay_plan& plan, bo
 }
 
 void replay_on_malloc(benchmark::State& state, const gpumem::replay_plan& plan) {
-  replay_passes(state, use_malloc::get(), plan, std::vector<stream_ref>(plan.streams.size(), 0));
+  replay_passes(state, use_malloc::get(), plan, std::vector<stream_ref>(plan.streams.size(), stream_ref{}));
   state.counters["time_per_op"] = per_op(plan);
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(plan.ops.size()));
 }

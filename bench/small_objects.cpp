@@ -41,11 +41,11 @@ void one_by_one(benchmark::State& state) {
   std::vector<void*> ptrs(reqs.size());
   for (auto _ : state) {
     for (std::size_t i = 0; i < reqs.size(); ++i) {
-      ptrs[i] = pool.allocate(reqs[i].bytes, reqs[i].alignment, 0);
+      ptrs[i] = pool.allocate(reqs[i].bytes, reqs[i].alignment, gpumem::stream_ref{});
     }
     benchmark::DoNotOptimize(ptrs.data());
     for (std::size_t i = 0; i < reqs.size(); ++i) {
-      pool.deallocate(ptrs[i], reqs[i].bytes, reqs[i].alignment, 0);
+      pool.deallocate(ptrs[i], reqs[i].bytes, reqs[i].alignment, gpumem::stream_ref{});
     }
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
@@ -59,7 +59,7 @@ void one_pack(benchmark::State& state) {
   gpumem::pool pool(dev.memory(), dev.streams());
   std::size_t padding = 0;
   for (auto _ : state) {
-    gpumem::pack<gpumem::pool> p(pool, reqs, 0);  // plans the layout and allocates once
+    gpumem::pack<gpumem::pool> p(pool, reqs, gpumem::stream_ref{});  // plans the layout and allocates once
     benchmark::DoNotOptimize(p.base());
     padding = p.layout().padding_bytes;
   }  // freed once, at the end of each iteration

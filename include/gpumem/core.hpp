@@ -52,14 +52,45 @@
 //   stream-owned a free block freed on stream S whose later reuse is safe on S at once, and on any
 //                other stream only after an event recorded on S (after the free) has completed.
 //   ready        a free block no stream's pending work can touch: reusable by every stream.
+#include <compare>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+
+// What cudaStream_t points to, declared so that a stream_ref takes a cudaStream_t without this
+// header including CUDA's.
+struct CUstream_st;
 
 namespace gpumem {
 
 // An opaque stream identity. On the GPU it is the cudaStream_t's value; 0 is the default stream.
-// The core never dereferences it: it only compares and hands it to `ordering`.
-using stream_ref = std::uintptr_t;
+// The core never dereferences it: it only compares and hands it to `ordering`. A type of its own,
+// not an integer, so that (bytes, stream) and (bytes, alignment) are different calls.
+class stream_ref {
+ public:
+  using value_type = std::uintptr_t;
+
+  constexpr stream_ref() noexcept = default;  // the default stream
+  // From a stream's value: the simulator's streams, a trace's stream ids.
+  template <std::integral T>
+    requires(!std::same_as<T, bool>)
+  constexpr explicit stream_ref(T value) noexcept : value_(static_cast<value_type>(value)) {}
+  // From a cudaStream_t, implicitly (exactly that type: neither 0 nor nullptr).
+  template <class P>
+    requires std::same_as<P, ::CUstream_st*>
+  stream_ref(P s) noexcept : value_(reinterpret_cast<value_type>(s)) {}
+
+  constexpr value_type value() const noexcept { return value_; }
+  // The cudaStream_t.
+  ::CUstream_st* get() const noexcept { return reinterpret_cast<::CUstream_st*>(value_); }
+
+  friend constexpr bool operator==(const stream_ref&, const stream_ref&) noexcept = default;
+  friend constexpr auto operator<=>(const stream_ref&, const stream_ref&) noexcept = default;
+
+ private:
+  value_type value_ = 0;
+};
 
 // An event the `ordering` recorded; opaque to the core.
 using event_ref = std::uint64_t;
@@ -74,3 +105,13 @@ constexpr std::size_t align_up(std::size_t x, std::size_t a) noexcept {
 }
 
 }  // namespace gpumem
+
+// Hashes as its value does, so maps keyed by stream keep their order.
+namespace std {
+template <>
+struct hash<gpumem::stream_ref> {
+  size_t operator()(gpumem::stream_ref s) const noexcept {
+    return hash<gpumem::stream_ref::value_type>{}(s.value());
+  }
+};
+}  // namespace std

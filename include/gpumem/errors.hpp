@@ -14,7 +14,7 @@ namespace gpumem {
 struct oom_report {
   std::size_t requested_bytes = 0;
   std::size_t alignment = 0;
-  stream_ref stream = 0;
+  stream_ref stream = {};
   std::size_t reserved_bytes = 0;        // what the pool holds from its upstream
   std::size_t live_bytes = 0;            // what callers hold
   std::size_t cached_bytes = 0;          // reserved that is not live

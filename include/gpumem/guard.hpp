@@ -66,7 +66,7 @@ struct guarded_allocation {
   const void* pointer = nullptr;
   std::size_t bytes = 0;
   std::size_t alignment = 0;
-  stream_ref stream = 0;
+  stream_ref stream = {};
   std::string allocated_at;   // the call stack, symbolized, one frame a line
 };
 
@@ -111,12 +111,12 @@ class guard {
 
   // Throws std::invalid_argument for an alignment that is not a power of two, or a size that
   // overflows with the canary; otherwise what the upstream throws. A size of 0 returns nullptr.
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   // Checks, then poisons and quarantines the block. Misuse goes to the misuse handler; if the
   // handler returns: a wrong size or alignment is corrected from the record and the block freed;
   // an unknown pointer or a double free is ignored (never forwarded upstream). nullptr is ignored.
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
 
   // Checks every quarantined block's poison now; reports each changed block. Returns how many.
   std::size_t check_poison();

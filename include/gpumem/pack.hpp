@@ -48,7 +48,7 @@ class pack {
   pack() = default;
   // Plans the layout and allocates total_bytes with the block's alignment on `s`. Throws what
   // plan_pack or the resource throws. An empty or all-zero-size request list allocates nothing.
-  pack(R& r, std::span<const pack_request> requests, stream_ref s = 0)
+  pack(R& r, std::span<const pack_request> requests, stream_ref s = {})
       : resource_(&r), layout_(plan_pack(requests)), stream_(s) {
     if (layout_.total_bytes != 0) {
       base_ = static_cast<std::byte*>(r.allocate(layout_.total_bytes, layout_.alignment, s));
@@ -56,7 +56,7 @@ class pack {
     sizes_.reserve(requests.size());
     for (const pack_request& q : requests) sizes_.push_back(q.bytes);
   }
-  pack(R& r, std::initializer_list<pack_request> requests, stream_ref s = 0)
+  pack(R& r, std::initializer_list<pack_request> requests, stream_ref s = {})
       : pack(r, std::span<const pack_request>(requests.begin(), requests.size()), s) {}
 
   ~pack() { reset(); }
@@ -105,7 +105,7 @@ class pack {
   pack_layout layout_;
   std::vector<std::size_t> sizes_;
   std::byte* base_ = nullptr;
-  stream_ref stream_ = 0;
+  stream_ref stream_ = {};
 };
 
 }  // namespace gpumem

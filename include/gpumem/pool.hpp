@@ -156,7 +156,7 @@ struct block_info {
   std::uintptr_t address = 0;
   std::size_t bytes = 0;
   state st = state::cached;
-  stream_ref stream = 0;      // live: the allocating stream; cached: the owning stream (0 if ready)
+  stream_ref stream = {};     // live: the allocating stream; cached: the owning stream (0 if ready)
   std::size_t segment = 0;    // index of the segment / virtual range it lies in
 };
 
@@ -170,12 +170,12 @@ class pool {
   // Throws std::invalid_argument (alignment not a power of two or over the granule, size absurd),
   // out_of_memory (after releasing caches and waiting for pending frees), or the upstream's error.
   // A size of 0 returns nullptr.
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   // `bytes` and `alignment` must be what was asked at allocate; `s` is the stream after whose
   // current work `p` is unused. Misuse (unknown pointer, double free, size mismatch) goes to the
   // misuse handler. nullptr is ignored.
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
   void* allocate(std::size_t bytes, stream_ref s) { return allocate(bytes, default_alignment, s); }
   void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept {
     deallocate(p, bytes, default_alignment, s);

@@ -121,7 +121,7 @@ struct replay_target {
   virtual void deallocate(void* p, std::size_t bytes, stream_ref s) = 0;
   // Replays map each distinct trace Stream value to a stream of the target, once per stream, before
   // any clock starts.
-  virtual stream_ref stream_for(std::uint64_t trace_stream) { return trace_stream; }
+  virtual stream_ref stream_for(std::uint64_t trace_stream) { return stream_ref{trace_stream}; }
   virtual std::size_t reserved() = 0;
   virtual std::size_t peak_reserved() = 0;
   // pool::settle on a pool target; nothing on others.

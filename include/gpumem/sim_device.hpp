@@ -77,9 +77,9 @@ class exact_resource {
  public:
   explicit exact_resource(std::size_t capacity_bytes = std::size_t{80} << 30);
   ~exact_resource();
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
   std::size_t live_bytes() const noexcept;
   std::size_t peak_live_bytes() const noexcept;
 

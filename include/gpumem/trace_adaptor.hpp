@@ -75,7 +75,7 @@ class trace_adaptor {
   trace_adaptor(const trace_adaptor&) = delete;
   trace_adaptor& operator=(const trace_adaptor&) = delete;
 
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0) {
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {}) {
     void* p = nullptr;
     try {
       p = up_->allocate(bytes, alignment, s);
@@ -88,7 +88,7 @@ class trace_adaptor {
   }
 
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept {
+                  stream_ref s = {}) noexcept {
     sink_.record(trace_action::free, p, bytes, s);  // before the address can be handed out again
     up_->deallocate(p, bytes, alignment, s);
   }

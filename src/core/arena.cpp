@@ -37,7 +37,7 @@ arena::arena(upstream& up, stream_clock& clock, arena_options opts)
   kept_.assign(granules, physical_handle{0});
   remap_refilled_at_ = now_ns();
   // The whole range starts as one unmapped ready block: one run.
-  auto it = emplace_block(range_base_, block{range_bytes_, 0, state::ready, false, 0, 0, {}});
+  auto it = emplace_block(range_base_, block{range_bytes_, 0, state::ready, false, {}, 0, {}});
   index_insert(it);
   run_add(range_base_, range_bytes_);
 }
@@ -105,7 +105,7 @@ bool arena::grow_segment(std::size_t size, std::string* why) {
   auto base = reinterpret_cast<std::uintptr_t>(p);
   segments_.push_back({base, seg, true});
   segment_bytes_ += seg;
-  auto it = emplace_block(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, true, 0, 0, {}});
+  auto it = emplace_block(base, block{seg, static_cast<std::uint32_t>(segments_.size() - 1), state::ready, true, {}, 0, {}});
   index_insert(it);
   return true;
 }
@@ -121,7 +121,7 @@ bool arena::reserve_upfront(std::size_t bytes, std::string* why) {
   }
   // The whole range is one unmapped ready block: its bottom granules become mapped ready memory,
   // idle, as growth would leave them. (map_window gives back what it took if any piece fails.)
-  return map_window(range_base_, align_up(bytes, granule_), 0, true, why);
+  return map_window(range_base_, align_up(bytes, granule_), stream_ref{}, true, why);
 }
 
 std::uintptr_t arena::allocate(std::size_t size, std::size_t alignment, stream_ref s, bool may_grow, std::string* why,
@@ -298,7 +298,7 @@ void arena::promote() {
     auto it = find_block(addr);
     index_erase(it);
     it->second.st = state::ready;
-    it->second.stream = 0;
+    it->second.stream = {};
     it->second.mapped = true;
     if (virtual_) add_busy(it->first, it->second.size, false);  // still in its run
     make_free(it);
@@ -308,7 +308,7 @@ void arena::promote() {
     const auto& w = it->second.waits;
     if (std::all_of(w.begin(), w.end(), [&](const stream_mark& m) { return clock_.met(m); })) {
       it->second.st = state::ready;
-      it->second.stream = 0;
+      it->second.stream = {};
       it->second.waits.clear();
       it->second.mapped = true;
       if (virtual_) {

@@ -454,7 +454,7 @@ class arena {
   block_list ready_list_, void_list_;                     // virtual upstreams: mapped, unmapped
   std::unordered_map<stream_ref, owned_blocks> owned_;  // an entry for each stream that owns free blocks
   owned_blocks* owned_last_ = nullptr;  // owned_of's memory: owned_[owned_last_stream_], until erased
-  stream_ref owned_last_stream_ = 0;
+  stream_ref owned_last_stream_ = {};
   std::vector<std::uintptr_t> waiting_;  // addresses of waiting blocks
   // Set by `place`: the mapped block that holds the whole place it chose, where it saw one (its
   // granules need no count); else blocks_.end(). Valid until the blocks change.

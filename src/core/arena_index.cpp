@@ -305,10 +305,10 @@ void arena::set_mapped(std::uintptr_t a, std::uintptr_t e, bool mapped) {
   if (it->first < a) {
     it->second.size = a - it->first;
     index_insert(it);
-    it = emplace_block_before(std::next(it), a, block{end - a, it->second.segment, state::ready, !mapped, 0, 0, {}});
+    it = emplace_block_before(std::next(it), a, block{end - a, it->second.segment, state::ready, !mapped, {}, 0, {}});
   }
   if (end > e) {
-    auto tail = emplace_block_before(std::next(it), e, block{end - e, it->second.segment, state::ready, !mapped, 0, 0, {}});
+    auto tail = emplace_block_before(std::next(it), e, block{end - e, it->second.segment, state::ready, !mapped, {}, 0, {}});
     index_insert(tail);
     it->second.size = e - a;
   }

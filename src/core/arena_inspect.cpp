@@ -172,9 +172,9 @@ void arena::check() const {
   // its list.
   std::size_t owned_indexed = 0;
   for (const auto& [s, o] : owned_) {
-    if (o.empty()) fail(fmt::format("stream {:#x} has an empty owned index", s));
-    if (!virtual_ && o.list.head) fail(fmt::format("the owned blocks of stream {:#x} are in a list on a plain upstream", s));
-    check_list(o.list, fmt::format("the owned list of stream {:#x}", s),
+    if (o.empty()) fail(fmt::format("stream {:#x} has an empty owned index", s.value()));
+    if (!virtual_ && o.list.head) fail(fmt::format("the owned blocks of stream {:#x} are in a list on a plain upstream", s.value()));
+    check_list(o.list, fmt::format("the owned list of stream {:#x}", s.value()),
                [s = s](const block& b) { return b.st == state::owned && b.stream == s; });
     owned_indexed += o.by_size.size() + o.list.count;
   }

@@ -186,7 +186,7 @@ void arena::finish_retiring(block_map::iterator it) {
   add_busy(a, it->second.size, false);  // unmapped now: not idle
   it->second.st = state::ready;
   it->second.mapped = false;
-  it->second.stream = 0;
+  it->second.stream = {};
   it->second.seq = 0;
   run_add(a, it->second.size);
   make_free(it);

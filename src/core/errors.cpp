@@ -32,13 +32,13 @@ std::string describe(const oom_report& r) {
   std::string s = fmt::format(
       "gpumem: out of memory: requested {} (alignment {}) on stream {:#x}; reserved {}, live {}, "
       "cached {}, largest free block {}",
-      bytes_text(r.requested_bytes), r.alignment, r.stream, bytes_text(r.reserved_bytes),
+      bytes_text(r.requested_bytes), r.alignment, r.stream.value(), bytes_text(r.reserved_bytes),
       bytes_text(r.live_bytes), bytes_text(r.cached_bytes), bytes_text(r.largest_free_block_bytes));
   if (r.limit_bytes) s += fmt::format(", pool limit {}", bytes_text(r.limit_bytes));
   s += fmt::format(", fragmentation (reserved/live) {:.3f}", r.fragmentation);
   if (!r.cached_per_stream.empty()) {
     s += "; free bytes cached per stream:";
-    for (const auto& c : r.cached_per_stream) s += fmt::format(" {:#x}={}", c.stream, bytes_text(c.bytes));
+    for (const auto& c : r.cached_per_stream) s += fmt::format(" {:#x}={}", c.stream.value(), bytes_text(c.bytes));
   }
   if (!r.upstream_said.empty()) s += "; upstream: " + r.upstream_said;
   if (!r.advice.empty()) s += ". Advice: " + r.advice;

@@ -56,7 +56,7 @@ struct slab_shard;
 struct live_entry {
   std::size_t bytes = 0;        // as requested
   std::size_t block_bytes = 0;  // what the block really is: a slot's size or an arena block's
-  stream_ref stream = 0;        // the allocating stream
+  stream_ref stream = {};       // the allocating stream
   slab* sl = nullptr;           // the slot's slab; nullptr: an arena block
   std::uint32_t slot = 0;       // the slot's index in `sl`
   std::uint16_t bin = 0;        // bin_of(block_bytes)
@@ -78,7 +78,7 @@ struct block_rec {
     std::size_t bytes = 0;    // live: as requested
     std::uint64_t cached_at;  // cached arena block: its front cache's fast_frees when it came in (its age)
   };
-  stream_ref stream = 0;        // live: the allocating stream
+  stream_ref stream = {};       // live: the allocating stream
   std::uint32_t slot = 0;       // the slot's index in `sl`
   std::uint16_t bin = 0;        // bin_of(block_bytes)
   std::uint8_t align_log2 = 8;  // live: as requested (at least 256)
@@ -154,7 +154,7 @@ struct bin {
 
 // Bins of one stream in one front cache.
 struct stream_bins {
-  stream_ref stream = 0;
+  stream_ref stream = {};
   // Cached bytes by budget: held[0] slots, held[1] arena blocks, each kind with a budget of its own
   // (pool_impl.hpp, cache_budget). With one budget for both, the large blocks a thread cached while
   // its live bytes were high would fill it, and then every small free would go back to its slab

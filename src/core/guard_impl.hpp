@@ -20,12 +20,12 @@ struct guard::impl {
     std::size_t bytes = 0;           // what the caller asked for
     std::size_t alignment = 0;
     std::size_t upstream_bytes = 0;  // bytes + canary: what the upstream was asked for
-    stream_ref stream = 0;
+    stream_ref stream = {};
     detail::call_stack allocated_at;
   };
   struct freed_block {
     live_block was;
-    stream_ref freed_on = 0;
+    stream_ref freed_on = {};
     detail::call_stack freed_at;
     std::uint64_t serial = 0;   // tells a history entry from a newer free of the same address
     bool quarantined = false;   // still held (poisoned) by the guard, not yet given back upstream

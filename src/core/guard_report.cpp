@@ -13,7 +13,7 @@ namespace gpumem {
 namespace detail {
 
 std::string stream_name(stream_ref s) {
-  return s == 0 ? std::string("0 (default stream)") : fmt::format("{:#x}", s);
+  return s == stream_ref{} ? std::string("0 (default stream)") : fmt::format("{:#x}", s.value());
 }
 
 std::string stack_text(const call_stack& s) { return format_call_stack(s, "    "); }

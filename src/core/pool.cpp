@@ -346,7 +346,7 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
   note_reserved();
   // Into the caller's table before the pool's lock goes, so no one sees the block in no one's hands.
   detail::front_guard flock(fc.lock, bins_enabled);
-  const std::uint32_t i = fc.adopt({a, sl ? sl->slot_bytes : size, sl, {0}, 0, sl ? sl->slot_of(a) : 0,
+  const std::uint32_t i = fc.adopt({a, sl ? sl->slot_bytes : size, sl, {0}, {}, sl ? sl->slot_of(a) : 0,
                                     static_cast<std::uint16_t>(b), 8, detail::rec_cached});
   void* out = hand_out(i);
   if (bins_enabled && sl) {

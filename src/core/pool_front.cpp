@@ -76,7 +76,7 @@ std::uint32_t pool::impl::fill_bin(detail::front_cache& fc, detail::stream_bins&
     });
   }
   for (std::uint32_t j = k; j-- > 0;)
-    x.items[x.count++] = {got[j].addr, fc.adopt({got[j].addr, size, got[j].sl, {0}, 0, got[j].slot,
+    x.items[x.count++] = {got[j].addr, fc.adopt({got[j].addr, size, got[j].sl, {0}, {}, got[j].slot,
                                                  static_cast<std::uint16_t>(b), 8, detail::rec_cached})};
   sb.held[0] += k * size;
   return k;

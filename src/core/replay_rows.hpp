@@ -40,7 +40,7 @@ class row_replay {
     void* ptr = nullptr;
     std::size_t bytes = 0;
     bool live = false;      // a failed request is live too, with no pointer: its bytes count
-    stream_ref stream = 0;  // allocated on
+    stream_ref stream = {};  // allocated on
     replay_integrity::ticket ticket;
   };
   static constexpr std::uint32_t no_op = UINT32_MAX;

@@ -59,7 +59,7 @@ std::vector<map_rect> condense(const std::vector<block_info>& blocks, std::size_
     r.by_state[state_code(b.st)] = b.bytes;
     r.count = 1;
     r.segment = b.segment;
-    r.stream = b.stream;
+    r.stream = b.stream.value();
     return r;
   };
   if (blocks.size() <= max_rects) {
@@ -88,7 +88,7 @@ std::vector<map_rect> condense(const std::vector<block_info>& blocks, std::size_
       } else {
         acc.bytes += b.bytes;
         acc.by_state[state_code(b.st)] += b.bytes;
-        acc.mixed_streams |= acc.stream != b.stream;
+        acc.mixed_streams |= acc.stream != b.stream.value();
         ++acc.count;
       }
       if (acc.bytes >= threshold) flush();
@@ -338,7 +338,7 @@ std::string report_html(const trace& t, const replay_result& r, const doctor_rep
       m.by_state[0] = b->bytes;
       m.count = 1;
       m.segment = b->segment;
-      m.stream = b->stream;
+      m.stream = b->stream.value();
       block_row(m);
     }
     j.close(']');

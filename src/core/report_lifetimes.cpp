@@ -17,7 +17,7 @@ std::vector<block_lifetime> lifetimes_at_peak(const trace& t, const replay_resul
     void* addr = nullptr;
     std::uint64_t bytes = 0;
     std::uint64_t row = 0;
-    stream_ref stream = 0;
+    stream_ref stream = {};
   };
   std::unordered_map<std::uint64_t, open_alloc> open;
   std::vector<block_info> blocks;
@@ -32,21 +32,21 @@ std::vector<block_lifetime> lifetimes_at_peak(const trace& t, const replay_resul
       if (rec.action == trace_action::allocate) {
         void* a = nullptr;
         try {
-          a = p.allocate(rec.size, default_alignment, rec.stream);
+          a = p.allocate(rec.size, default_alignment, stream_ref{rec.stream});
         } catch (const out_of_memory&) {
           a = nullptr;
         }
-        open[rec.pointer] = {a, rec.size, i, rec.stream};
+        open[rec.pointer] = {a, rec.size, i, stream_ref{rec.stream}};
       } else if (rec.action == trace_action::free) {
         auto it = open.find(rec.pointer);
         if (it == open.end()) continue;
-        if (it->second.addr) p.deallocate(it->second.addr, it->second.bytes, default_alignment, rec.stream);
+        if (it->second.addr) p.deallocate(it->second.addr, it->second.bytes, default_alignment, stream_ref{rec.stream});
         open.erase(it);
       }
     }
     blocks = p.blocks();
     for (auto& [ptr, a] : open)
-      if (a.addr) p.deallocate(a.addr, a.bytes, default_alignment, 0);
+      if (a.addr) p.deallocate(a.addr, a.bytes, default_alignment, stream_ref{});
   }
   // The pairing holds only if this replay reached the very same block map.
   const auto& ref = result.segment_map_at_peak;

@@ -108,11 +108,11 @@ void slab_cache::promote() {
 }
 
 void slab_cache::disown(stream_ref s) {
-  if (s == 0) return;
+  if (s == stream_ref{}) return;
   auto it = shards_.find(s);
   if (it == shards_.end()) return;
   slab_shard& from = *it->second;
-  slab_shard& to = shard_for(0);
+  slab_shard& to = shard_for(stream_ref{});
   std::scoped_lock lock(from.m, to.m);
   for (auto& [base, sl] : slabs_) {
     if (sl->owner != s) continue;
@@ -121,7 +121,7 @@ void slab_cache::disown(stream_ref s) {
       from.emptied.erase(std::find(from.emptied.begin(), from.emptied.end(), sl.get()));
       sl->emptied = false;
     }
-    sl->owner = 0;
+    sl->owner = {};
     sl->shard.store(&to, std::memory_order_relaxed);
     if (!sl->free_slots.empty()) list_in(to, sl.get());
   }

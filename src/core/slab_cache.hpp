@@ -59,7 +59,7 @@ struct slab {
   std::size_t bytes = 0;
   std::size_t cls = 0;
   std::size_t slot_bytes = 0;
-  stream_ref owner = 0;                 // changes under the pool's lock and both shards' locks
+  stream_ref owner = {};                // changes under the pool's lock and both shards' locks
   std::atomic<slab_shard*> shard{nullptr};  // the owner's shard: its lock guards the three below
   std::uint32_t slots = 0;
   std::uint32_t live = 0;               // slots out of the slab: callers' and front caches'
@@ -77,7 +77,7 @@ struct slab {
 // One stream's slabs that have free slots, by class, and the lock that guards their slot state.
 struct slab_shard {
   spin_lock m;
-  stream_ref stream = 0;
+  stream_ref stream = {};
   std::vector<std::vector<slab*>> partial;  // by class
   // Slabs that became wholly free while another slab of their class had free slots: the pool
   // gives them back to the arena at its next slow allocation (release_emptied), so an empty slab

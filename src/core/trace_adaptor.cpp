@@ -86,7 +86,7 @@ void trace_sink::record(trace_action a, const void* p, std::size_t bytes, stream
     r.action = a;
     r.pointer = reinterpret_cast<std::uintptr_t>(p);
     r.size = bytes;
-    r.stream = s;
+    r.stream = s.value();
     fmt::memory_buffer line;
     std::lock_guard lock(st_->mu);
     // The time is taken under the lock, so rows are in time order in the file.

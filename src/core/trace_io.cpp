@@ -190,16 +190,20 @@ class parser {
     return v;
   }
 
+  // A pointer (or stream) as RMM prints it: hex with a 0x prefix, and the null pointer also as
+  // `(nil)` (glibc's printf %p: a failed allocation's pointer) or `0` (%llx, and an ostream's
+  // spelling of the default stream).
   std::uint64_t parse_hex(std::string_view s, const char* what, std::string_view line,
                           std::uint64_t line_no) const {
+    constexpr const char* expected = "is not hex with a 0x prefix (like 0x7f3a00000000) nor a null "
+                                     "pointer (0x0, 0 or (nil))";
+    if (s == "(nil)" || s == "0") return 0;
     std::uint64_t v = 0;
     if (s.size() < 3 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X'))
-      fail_row(line, line_no, fmt::format("{} `{}` is not hex with a 0x prefix (like 0x7f3a00000000)",
-                                          what, s));
+      fail_row(line, line_no, fmt::format("{} `{}` {}", what, s, expected));
     const auto [end, ec] = std::from_chars(s.data() + 2, s.data() + s.size(), v, 16);
     if (ec != std::errc{} || end != s.data() + s.size()) {
-      const char* why = ec == std::errc::result_out_of_range ? "is too large for 64 bits"
-                                                            : "is not hex with a 0x prefix (like 0x7f3a00000000)";
+      const char* why = ec == std::errc::result_out_of_range ? "is too large for 64 bits" : expected;
       fail_row(line, line_no, fmt::format("{} `{}` {}", what, s, why));
     }
     return v;

@@ -25,7 +25,7 @@ class gpu_bench_allocator : public bench_allocator {
     return from_cuda_stream(s);
   }
   void destroy_stream(stream_ref s) override {
-    if (s) cudaStreamDestroy(to_cuda_stream(s));
+    if (s != stream_ref{}) cudaStreamDestroy(to_cuda_stream(s));
   }
   void synchronize() override { GPUMEM_CUDA_CHECK(cudaDeviceSynchronize()); }
 };
@@ -44,7 +44,7 @@ class gpumem_gpu_allocator final : public gpu_bench_allocator {
   std::optional<pool_stats> gpumem_stats() const override { return pool_.pool().stats(); }
   void settle() override { pool_.settle(); }
   void destroy_stream(stream_ref s) override {
-    if (s) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies
+    if (s != stream_ref{}) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies
     gpu_bench_allocator::destroy_stream(s);
   }
 

@@ -16,7 +16,7 @@ void check(cudaError_t err, const char* call) {
   throw cuda_error(call, static_cast<int>(err), cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
-cudaStream_t as_stream(stream_ref s) noexcept { return reinterpret_cast<cudaStream_t>(s); }
+cudaStream_t as_stream(stream_ref s) noexcept { return s.get(); }
 
 class device_access final : public memory_access {
  public:

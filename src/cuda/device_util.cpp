@@ -16,8 +16,8 @@ int resolve_device(int device) {
   return current;
 }
 
-void zero_async(void* p, std::size_t bytes, std::uintptr_t s) {
-  GPUMEM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, reinterpret_cast<cudaStream_t>(s)));
+void zero_async(void* p, std::size_t bytes, stream_ref s) {
+  GPUMEM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s.get()));
 }
 
 std::size_t device_total_bytes(int device) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "gpumem/core.hpp"
+
 namespace gpumem::cuda_detail {
 
 // `device` if >= 0, else the current device.
@@ -23,8 +25,8 @@ class device_guard {
   int previous_ = -1;
 };
 
-// cudaMemsetAsync(p, 0, bytes) on stream `s` (a stream_ref), checked.
-void zero_async(void* p, std::size_t bytes, std::uintptr_t s);
+// cudaMemsetAsync(p, 0, bytes) on stream `s`, checked.
+void zero_async(void* p, std::size_t bytes, stream_ref s);
 
 [[noreturn]] void no_virtual_shape(const std::string& upstream_name, const char* call);
 [[noreturn]] void no_plain_shape(const std::string& upstream_name, const char* call);

@@ -8,7 +8,7 @@
 namespace gpumem::cuda_detail {
 namespace {
 
-cudaStream_t to_cuda(stream_ref s) { return reinterpret_cast<cudaStream_t>(s); }
+cudaStream_t to_cuda(stream_ref s) { return s.get(); }
 
 class pattern_verifier final : public replay_verifier {
  public:

@@ -31,14 +31,14 @@ class stream_map {
     for (auto& [k, s] : streams_) cudaStreamDestroy(s);
   }
   stream_ref get(std::uint64_t trace_stream) {
-    if (trace_stream == 0) return 0;
+    if (trace_stream == 0) return {};
     auto it = streams_.find(trace_stream);
     if (it == streams_.end()) {
       cudaStream_t s;
       GPUMEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       it = streams_.emplace(trace_stream, s).first;
     }
-    return reinterpret_cast<stream_ref>(it->second);
+    return stream_ref{it->second};
   }
 
  private:
@@ -90,7 +90,7 @@ class async_target final : public replay_target {
   }
   void* allocate(std::size_t bytes, stream_ref s) override {
     void* p = nullptr;
-    const cudaError_t e = cudaMallocAsync(&p, bytes, reinterpret_cast<cudaStream_t>(s));
+    const cudaError_t e = cudaMallocAsync(&p, bytes, s.get());
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       return nullptr;
@@ -99,7 +99,7 @@ class async_target final : public replay_target {
     return p;
   }
   void deallocate(void* p, std::size_t, stream_ref s) override {
-    GPUMEM_CUDA_CHECK(cudaFreeAsync(p, reinterpret_cast<cudaStream_t>(s)));
+    GPUMEM_CUDA_CHECK(cudaFreeAsync(p, s.get()));
   }
   stream_ref stream_for(std::uint64_t t) override { return streams_.get(t); }
   std::size_t reserved() override { return attribute(cudaMemPoolAttrReservedMemCurrent); }

@@ -205,7 +205,7 @@ class sim_ordering final : public ordering {
   event_ref record(stream_ref st) override {
     std::lock_guard lock(s_.m);
     if (s_.destroyed.count(st))
-      throw std::logic_error(fmt::format("sim: event recorded on stream {:#x} after it was destroyed", st));
+      throw std::logic_error(fmt::format("sim: event recorded on stream {:#x} after it was destroyed", st.value()));
     auto& ss = s_.streams[st];
     std::uint64_t pos = ++ss.recorded;
     if (s_.opts.auto_complete) ss.done = pos;
@@ -229,7 +229,7 @@ class sim_ordering final : public ordering {
   void stream_wait(stream_ref st, event_ref e) override {
     std::lock_guard lock(s_.m);
     if (s_.destroyed.count(st))
-      throw std::logic_error(fmt::format("sim: wait on stream {:#x} after it was destroyed", st));
+      throw std::logic_error(fmt::format("sim: wait on stream {:#x} after it was destroyed", st.value()));
     find(e);  // the simulator runs no device work: the dependency has nothing to order
   }
   void release(event_ref e) noexcept override {
@@ -268,7 +268,7 @@ ordering& sim_device::streams() noexcept { return *state_->ord; }
 
 stream_ref sim_device::create_stream() {
   std::lock_guard lock(state_->m);
-  stream_ref s = state_->next_stream;
+  stream_ref s{state_->next_stream};
   state_->next_stream += 0x10;
   state_->streams[s];
   return s;

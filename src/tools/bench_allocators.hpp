@@ -30,7 +30,7 @@ class bench_allocator {
   virtual void free(void* p, std::size_t bytes, stream_ref s) = 0;
   // A stream of its own for one thread of the `threads` pattern (a cudaStream_t on the GPU, a
   // simulated stream on the simulator); created before the clock starts.
-  virtual stream_ref create_stream() { return 0; }
+  virtual stream_ref create_stream() { return {}; }
   virtual void destroy_stream(stream_ref) {}
   // Waits for the device work enqueued so far; called between timed runs, never inside one.
   virtual void synchronize() {}

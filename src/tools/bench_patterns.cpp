@@ -200,9 +200,9 @@ std::vector<bench_result> bench_pair(bench_allocator& a, const bench_config& c) 
     try {
       auto run = [&](std::uint64_t n) {
         for (std::uint64_t i = 0; i < n; ++i) {
-          void* p = a.alloc(size, 0);
+          void* p = a.alloc(size, stream_ref{});
           sink = reinterpret_cast<std::uintptr_t>(p);
-          a.free(p, size, 0);
+          a.free(p, size, stream_ref{});
         }
       };
       run(8);  // warm: the first pair may go to the upstream
@@ -225,10 +225,10 @@ std::vector<bench_result> bench_churn(bench_allocator& a, const bench_config& c)
       make_plan(c.churn_live_blocks, c.churn_min_bytes, c.churn_max_bytes, c.seed + 1);
   std::vector<live_block> blocks(c.churn_live_blocks);
   try {
-    fill(a, blocks, c.churn_min_bytes, c.churn_max_bytes, c.seed, 0);
+    fill(a, blocks, c.churn_min_bytes, c.churn_max_bytes, c.seed, stream_ref{});
     std::size_t pos = 0;
     auto run = [&](std::uint64_t n) {
-      for (std::uint64_t i = 0; i < n; ++i) step(a, blocks, plan, pos++ & plan.mask, 0);
+      for (std::uint64_t i = 0; i < n; ++i) step(a, blocks, plan, pos++ & plan.mask, stream_ref{});
     };
     run(2 * c.churn_live_blocks);  // warm: the pool reaches its steady state
     a.synchronize();
@@ -240,7 +240,7 @@ std::vector<bench_result> bench_churn(bench_allocator& a, const bench_config& c)
   } catch (const std::exception& e) {
     r.error = e.what();
   }
-  drain(a, blocks, 0);
+  drain(a, blocks, stream_ref{});
   a.synchronize();
   return {r};
 }
@@ -357,14 +357,14 @@ struct replay_pair_ns {
 // gpumem::replay times its targets with: streams made before the clock starts, what a pass leaves
 // live freed after it stops.
 replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan, bool settle) {
-  std::vector<stream_ref> streams{0};  // the plan's stream 0 is the default stream
+  std::vector<stream_ref> streams{stream_ref{}};  // the plan's stream 0 is the default stream
   struct stream_guard {
     bench_allocator& a;
     const std::vector<stream_ref>& streams;
     ~stream_guard() {
       a.synchronize();
       for (const stream_ref s : streams)
-        if (s) a.destroy_stream(s);
+        if (s != stream_ref{}) a.destroy_stream(s);
     }
   } guard{a, streams};
   while (streams.size() < plan.streams.size()) streams.push_back(a.create_stream());

@@ -31,22 +31,22 @@ class plugin_peer final : public bench_allocator {
   std::string name() const override { return p_.name; }
   std::string device() const override { return p_.device; }
   void* alloc(std::size_t bytes, stream_ref s) override {
-    void* p = p_.alloc(self_, bytes, static_cast<std::uintptr_t>(s), err_.data(), err_.size());
+    void* p = p_.alloc(self_, bytes, s.value(), err_.data(), err_.size());
     if (!p) [[unlikely]]
       fail(fmt::format("alloc of {} B", bytes));
     return p;
   }
   void free(void* p, std::size_t bytes, stream_ref s) override {
-    p_.free(self_, p, bytes, static_cast<std::uintptr_t>(s));
+    p_.free(self_, p, bytes, s.value());
   }
   stream_ref create_stream() override {
-    if (!p_.create_stream) return 0;
+    if (!p_.create_stream) return {};
     const std::uintptr_t s = p_.create_stream(self_, err_.data(), err_.size());
     if (!s) fail("create_stream");
     return static_cast<stream_ref>(s);
   }
   void destroy_stream(stream_ref s) override {
-    if (p_.destroy_stream) p_.destroy_stream(self_, static_cast<std::uintptr_t>(s));
+    if (p_.destroy_stream) p_.destroy_stream(self_, s.value());
   }
   void synchronize() override {
     if (p_.synchronize) p_.synchronize(self_);

@@ -19,16 +19,16 @@ using gpumem::cccl::host_accessible;
 
 // Right members, but no property: a CCCL resource, yet not device_accessible.
 struct no_property {
-  void* allocate(std::size_t, std::size_t, gpumem::stream_ref = 0) { return nullptr; }
-  void deallocate(void*, std::size_t, std::size_t, gpumem::stream_ref = 0) noexcept {}
+  void* allocate(std::size_t, std::size_t, gpumem::stream_ref = {}) { return nullptr; }
+  void deallocate(void*, std::size_t, std::size_t, gpumem::stream_ref = {}) noexcept {}
   GPUMEM_CCCL_MEMBERS(no_property)
   bool operator==(const no_property&) const noexcept { return true; }
 };
 
 // Everything but equality comparison.
 struct not_comparable {
-  void* allocate(std::size_t, std::size_t, gpumem::stream_ref = 0) { return nullptr; }
-  void deallocate(void*, std::size_t, std::size_t, gpumem::stream_ref = 0) noexcept {}
+  void* allocate(std::size_t, std::size_t, gpumem::stream_ref = {}) { return nullptr; }
+  void deallocate(void*, std::size_t, std::size_t, gpumem::stream_ref = {}) noexcept {}
   GPUMEM_CCCL_MEMBERS(not_comparable)
   GPUMEM_CCCL_DEVICE_ACCESSIBLE(not_comparable)
 };
@@ -43,8 +43,8 @@ struct sync_only {
 
 // deallocate that may throw: fails gpumem::resource (deallocate must be noexcept).
 struct throwing_free {
-  void* allocate(std::size_t, std::size_t, gpumem::stream_ref = 0) { return nullptr; }
-  void deallocate(void*, std::size_t, std::size_t, gpumem::stream_ref = 0) {}
+  void* allocate(std::size_t, std::size_t, gpumem::stream_ref = {}) { return nullptr; }
+  void deallocate(void*, std::size_t, std::size_t, gpumem::stream_ref = {}) {}
 };
 
 static_assert(async_resource_with<gpumem::device_resource, device_accessible>);

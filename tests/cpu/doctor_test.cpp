@@ -737,7 +737,7 @@ namespace {
 struct capped_host_resource {
   std::size_t cap;
   std::size_t live = 0;
-  void* allocate(std::size_t bytes, std::size_t = gpumem::default_alignment, gpumem::stream_ref s = 0) {
+  void* allocate(std::size_t bytes, std::size_t = gpumem::default_alignment, gpumem::stream_ref s = {}) {
     if (live + bytes > cap) {
       gpumem::oom_report r;
       r.requested_bytes = bytes;
@@ -752,7 +752,7 @@ struct capped_host_resource {
     return p;
   }
   void deallocate(void* p, std::size_t bytes, std::size_t = gpumem::default_alignment,
-                  gpumem::stream_ref = 0) noexcept {
+                  gpumem::stream_ref = {}) noexcept {
     std::free(p);
     live -= bytes;
   }

@@ -54,7 +54,7 @@ class guard_test : public ::testing::Test {
 // program is linked with ENABLE_EXPORTS, i.e. -rdynamic).
 namespace guard_test_sites {
 __attribute__((noinline)) void* allocate_at_leak_site(gpumem::guard& g, std::size_t bytes) {
-  void* p = g.allocate(bytes, 256, 0x5eed);
+  void* p = g.allocate(bytes, 256, gpumem::stream_ref{0x5eed});
   asm volatile("" ::: "memory");  // keeps this frame from being a tail call
   return p;
 }
@@ -71,7 +71,7 @@ TEST_F(guard_test, clean_sequence_reports_nothing_and_returns_everything) {
     for (std::size_t i = 1; i <= 50; ++i) {
       const std::size_t bytes = i * 37;
       const std::size_t alignment = std::size_t{1} << (i % 9);
-      auto* p = static_cast<unsigned char*>(g.allocate(bytes, alignment, i % 3));
+      auto* p = static_cast<unsigned char*>(g.allocate(bytes, alignment, gpumem::stream_ref{i % 3}));
       ASSERT_NE(p, nullptr);
       EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u);
       std::memset(p, 0x5a, bytes);  // every byte the caller owns, and not one more
@@ -80,7 +80,7 @@ TEST_F(guard_test, clean_sequence_reports_nothing_and_returns_everything) {
     EXPECT_EQ(g.live().size(), 50u);
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       const std::size_t alignment = std::size_t{1} << ((i + 1) % 9);
-      g.deallocate(blocks[i].first, blocks[i].second, alignment, (i + 1) % 3);
+      g.deallocate(blocks[i].first, blocks[i].second, alignment, gpumem::stream_ref{(i + 1) % 3});
     }
     EXPECT_EQ(g.live_bytes(), 0u);
     EXPECT_EQ(g.check_poison(), 0u);

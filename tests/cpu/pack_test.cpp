@@ -123,7 +123,7 @@ TEST(pack, buffers_are_real_disjoint_memory_freed_as_one) {
   for (int round = 0; round < 50; ++round) {
     const auto reqs = random_requests(rng);
     {
-      gpumem::pack<gpumem::testing::host_backed_resource> p(upstream, reqs, 3);
+      gpumem::pack<gpumem::testing::host_backed_resource> p(upstream, reqs, gpumem::stream_ref{3});
       ASSERT_EQ(p.size(), reqs.size());
       const bool any_bytes = p.total_bytes() != 0;
       EXPECT_EQ(upstream.live_count(), any_bytes ? 1u : 0u);

@@ -28,17 +28,17 @@ struct harness {
   std::unique_ptr<exact_resource> exact;
   std::unique_ptr<pool_model> model;
 
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0) {
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {}) {
     void* ptr = p ? p->allocate(bytes, alignment, s) : exact->allocate(bytes, alignment, s);
     model->on_allocate(ptr, bytes, alignment, s);
     return ptr;
   }
   // Raw deallocate: no model bookkeeping (for misuse).
-  void raw_deallocate(void* ptr, std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0) {
+  void raw_deallocate(void* ptr, std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {}) {
     if (p) p->deallocate(ptr, bytes, alignment, s);
     else exact->deallocate(ptr, bytes, alignment, s);
   }
-  void deallocate(void* ptr, std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0) {
+  void deallocate(void* ptr, std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {}) {
     model->on_free(ptr, s);
     raw_deallocate(ptr, bytes, alignment, s);
   }
@@ -169,7 +169,7 @@ void expect_one_misuse(misuse_recorder& rec, H& h, misuse_kind kind, const void*
 TYPED_TEST(ResourceContract, DeallocateNullptrIsANoOp) {
   misuse_recorder rec;
   this->h->raw_deallocate(nullptr, 123);
-  this->h->raw_deallocate(nullptr, 0, 4096, 7);
+  this->h->raw_deallocate(nullptr, 0, 4096, stream_ref{7});
   EXPECT_EQ(rec.count(), 0u);
   this->h->check();
 }
@@ -261,11 +261,11 @@ TYPED_TEST(ResourceContract, FreeingEverythingAndTrimmingGivesAllMemoryBack) {
     std::vector<std::pair<void*, std::size_t>> held;
     for (std::size_t i = 1; i < 200; ++i) {
       std::size_t bytes = (i * 7919) % (std::size_t{6} << 20) + 1;
-      held.push_back({this->h->allocate(bytes, 256, i % 3), bytes});
+      held.push_back({this->h->allocate(bytes, 256, stream_ref{i % 3}), bytes});
     }
     this->h->check();
     EXPECT_GT(this->h->dev->used_bytes(), 0u);
-    for (std::size_t i = 0; i < held.size(); ++i) this->h->deallocate(held[i].first, held[i].second, 256, (i + 1) % 3);
+    for (std::size_t i = 0; i < held.size(); ++i) this->h->deallocate(held[i].first, held[i].second, 256, stream_ref{(i + 1) % 3});
     this->h->p->trim();
     this->h->check();
     const auto st = this->h->p->stats();

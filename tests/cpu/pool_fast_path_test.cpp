@@ -37,18 +37,18 @@ TEST_P(FastPath, ALargerAlignmentNeverGetsACachedBlockBelowIt) {
   for (const std::size_t bytes : {std::size_t{1000}, std::size_t{40} * KiB, std::size_t{3} * MiB + 256}) {
     auto r = rig();
     std::vector<void*> held;
-    for (int i = 0; i < 24; ++i) held.push_back(r->allocate(bytes, default_alignment, 0));
-    for (void* p : held) r->deallocate(p, 0);  // cached in the thread's front cache
+    for (int i = 0; i < 24; ++i) held.push_back(r->allocate(bytes, default_alignment, stream_ref{}));
+    for (void* p : held) r->deallocate(p, stream_ref{});  // cached in the thread's front cache
     held.clear();
     for (std::size_t align = 512; align <= 64 * KiB; align *= 2) {
       for (int i = 0; i < 4; ++i) {
-        void* p = r->allocate(bytes, align, 0);
+        void* p = r->allocate(bytes, align, stream_ref{});
         ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << bytes << " B at alignment " << align;
         held.push_back(p);
       }
     }
     gpumem::test::expect_model_holds(*r);
-    for (void* p : held) r->deallocate(p, 0);
+    for (void* p : held) r->deallocate(p, stream_ref{});
     r->free_all_and_trim();
   }
 }
@@ -58,11 +58,11 @@ TEST_P(FastPath, ALargerAlignmentNeverGetsACachedBlockBelowIt) {
 TEST_P(FastPath, TheDefaultAlignmentAndSmallerOnesAreServedFromTheFrontCache) {
   for (const std::size_t bytes : {std::size_t{1000}, std::size_t{3} * MiB + 256}) {
     auto r = rig();
-    r->deallocate(r->allocate(bytes, default_alignment, 0), 0);
+    r->deallocate(r->allocate(bytes, default_alignment, stream_ref{}), stream_ref{});
     const pool_stats before = r->p->stats();
     for (const std::size_t align : {std::size_t{1}, std::size_t{8}, std::size_t{64}, std::size_t{256}}) {
-      void* p = r->allocate(bytes, align, 0);
-      r->deallocate(p, 0);
+      void* p = r->allocate(bytes, align, stream_ref{});
+      r->deallocate(p, stream_ref{});
     }
     const pool_stats after = r->p->stats();
     EXPECT_EQ(after.front_hits - before.front_hits, 4u) << bytes;

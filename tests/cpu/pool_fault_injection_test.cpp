@@ -38,14 +38,14 @@ outcome replay_prefix(const trace& t, bool virtual_memory, std::uint64_t fail_at
     const auto& rec = t.records[i];
     if (rec.action == trace_action::allocate) {
       try {
-        ptrs[rec.pointer] = r.allocate(rec.size, default_alignment, rec.stream);
+        ptrs[rec.pointer] = r.allocate(rec.size, default_alignment, stream_ref{rec.stream});
       } catch (const out_of_memory&) {
         ++o.ooms;
       }
     } else if (rec.action == trace_action::free) {
       auto it = ptrs.find(rec.pointer);
       if (it == ptrs.end()) continue;  // its allocation was refused
-      r.deallocate(it->second, rec.stream);
+      r.deallocate(it->second, stream_ref{rec.stream});
       ptrs.erase(it);
     }
     r.model->check_stats();
@@ -57,8 +57,8 @@ outcome replay_prefix(const trace& t, bool virtual_memory, std::uint64_t fail_at
   r.free_all_and_trim();
   if (r.dev->used_bytes() != 0) throw std::logic_error(fmt::format("{} B leaked after free + trim", r.dev->used_bytes()));
   // Later requests succeed.
-  void* p = r.allocate(std::size_t{64} << 20, default_alignment, 0);
-  r.deallocate(p, 0);
+  void* p = r.allocate(std::size_t{64} << 20, default_alignment, stream_ref{});
+  r.deallocate(p, stream_ref{});
   r.free_all_and_trim();
   return o;
 }

@@ -66,18 +66,18 @@ std::uint64_t cache_old_shapes(sim_pool_rig& r, stream_ref s) {
 std::uint64_t hits_serving(sim_pool_rig& r, const std::vector<std::size_t>& sizes) {
   const std::uint64_t before = r.p->stats().front_hits;
   std::vector<void*> held;
-  for (std::size_t n : sizes) held.push_back(r.allocate(n, default_alignment, 0));
+  for (std::size_t n : sizes) held.push_back(r.allocate(n, default_alignment, stream_ref{}));
   const std::uint64_t hits = r.p->stats().front_hits - before;
-  for (void* p : held) r.deallocate(p, 0);
+  for (void* p : held) r.deallocate(p, stream_ref{});
   return hits;
 }
 
 TEST_P(FrontEviction, ANewShapeDisplacesTheOldOnes) {
   auto r = rig();
-  cache_old_shapes(*r, 0);
+  cache_old_shapes(*r, stream_ref{});
   const pool_stats before = r->p->stats();
   // A new shape, asked for and freed 100 times: only the first request misses.
-  for (int i = 0; i < 100; ++i) r->deallocate(r->allocate(5 * MiB, default_alignment, 0), 0);
+  for (int i = 0; i < 100; ++i) r->deallocate(r->allocate(5 * MiB, default_alignment, stream_ref{}), stream_ref{});
   const pool_stats after = r->p->stats();
   EXPECT_EQ(after.front_hits - before.front_hits, 99u) << "the new shape's freed block should stay cached";
   EXPECT_EQ(after.front_evictions - before.front_evictions, 1u) << "the oldest, 3.5 MiB, made room";
@@ -87,10 +87,10 @@ TEST_P(FrontEviction, ANewShapeDisplacesTheOldOnes) {
 
 TEST_P(FrontEviction, TheOldestGoesFirst) {
   auto r = rig();
-  const std::uint64_t evictions = cache_old_shapes(*r, 0);
+  const std::uint64_t evictions = cache_old_shapes(*r, stream_ref{});
   // A 1.25 MiB shape needs the room of the oldest cached block (the first freed, 3.5 MiB), and
   // only that.
-  r->deallocate(r->allocate(1280 * KiB, default_alignment, 0), 0);
+  r->deallocate(r->allocate(1280 * KiB, default_alignment, stream_ref{}), stream_ref{});
   EXPECT_EQ(r->p->stats().front_evictions - evictions, 1u);
   EXPECT_EQ(hits_serving(*r, {old_shapes[1], old_shapes[2], old_shapes[3]}), 3u) << "the newer shapes stay";
   EXPECT_EQ(hits_serving(*r, {old_shapes[0]}), 0u) << "the oldest shape went back to the arena";
@@ -100,8 +100,8 @@ TEST_P(FrontEviction, TheOldestGoesFirst) {
 
 TEST_P(FrontEviction, ABlockLargerThanTheBudgetTakesNoRoom) {
   auto r = rig();
-  const std::uint64_t evictions = cache_old_shapes(*r, 0);
-  r->deallocate(r->allocate(12 * MiB, default_alignment, 0), 0);
+  const std::uint64_t evictions = cache_old_shapes(*r, stream_ref{});
+  r->deallocate(r->allocate(12 * MiB, default_alignment, stream_ref{}), stream_ref{});
   EXPECT_EQ(r->p->stats().front_evictions, evictions) << "12 MiB is more than the 8 MiB the cache may hold";
   EXPECT_EQ(hits_serving(*r, {std::begin(old_shapes), std::end(old_shapes)}), 4u) << "every old shape is still cached";
   expect_model_holds(*r);
@@ -139,14 +139,14 @@ TEST_P(FrontEviction, TheSlowFreeMakesRoomToo) {
   // Two pools used in turn: each call finds the thread's last pool is the other one, so every
   // free takes the slow path (deallocate_slow), which must evict and give back the same way.
   auto r1 = rig(), r2 = rig();
-  cache_old_shapes(*r1, 0);
-  const std::uint64_t evictions2 = cache_old_shapes(*r2, 0);
+  cache_old_shapes(*r1, stream_ref{});
+  const std::uint64_t evictions2 = cache_old_shapes(*r2, stream_ref{});
   const pool_stats before = r1->p->stats();
   for (int i = 0; i < 50; ++i) {
-    void* p = r1->allocate(5 * MiB, default_alignment, 0);
-    void* q = r2->allocate(5 * MiB, default_alignment, 0);
-    r1->deallocate(p, 0);
-    r2->deallocate(q, 0);
+    void* p = r1->allocate(5 * MiB, default_alignment, stream_ref{});
+    void* q = r2->allocate(5 * MiB, default_alignment, stream_ref{});
+    r1->deallocate(p, stream_ref{});
+    r2->deallocate(q, stream_ref{});
   }
   const pool_stats after = r1->p->stats();
   EXPECT_EQ(after.front_hits - before.front_hits, 49u);
@@ -172,15 +172,15 @@ TEST(FrontEvictionGrowFirst, AFullBinGivesUpItsOldest) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .auto_complete = true}, po);
   const std::size_t sizes[] = {64 * MiB + 256, 64 * MiB + 512, 64 * MiB + 768};
   std::vector<void*> held;
-  for (std::size_t n : sizes) held.push_back(r.allocate(n, default_alignment, 0));
-  for (void* p : held) r.deallocate(p, 0);
+  for (std::size_t n : sizes) held.push_back(r.allocate(n, default_alignment, stream_ref{}));
+  for (void* p : held) r.deallocate(p, stream_ref{});
   EXPECT_EQ(r.p->stats().front_evictions, 1u) << "the third block freed takes the first one's place";
   // The two newest serve the next two requests of their class; a third goes to the arena.
   const pool_stats before = r.p->stats();
   held.clear();
-  for (int i = 0; i < 3; ++i) held.push_back(r.allocate(64 * MiB + 256, default_alignment, 0));
+  for (int i = 0; i < 3; ++i) held.push_back(r.allocate(64 * MiB + 256, default_alignment, stream_ref{}));
   EXPECT_EQ(r.p->stats().front_hits - before.front_hits, 2u);
-  for (void* p : held) r.deallocate(p, 0);
+  for (void* p : held) r.deallocate(p, stream_ref{});
   r.model->check_full();
   r.free_all_and_trim();
 }
@@ -201,19 +201,19 @@ TEST(FrontEvictionRecords, ARecordReusedForASlotIsNotEvicted) {
   po.grow_before_reclaim = true;  // the large requests below grow, not empty the front cache first
   po.front_cache_reserve_headroom = 0;  // the 4 MiB budget binds (else what was freed since the peak may stay)
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
-  void* x = r.allocate(2 * MiB + 256, default_alignment, 0);
-  void* y = r.allocate(3 * MiB + 256, default_alignment, 0);
-  r.deallocate(x, 0);  // the thread's first free: stamp 0
-  r.deallocate(y, 0);
+  void* x = r.allocate(2 * MiB + 256, default_alignment, stream_ref{});
+  void* y = r.allocate(3 * MiB + 256, default_alignment, stream_ref{});
+  r.deallocate(x, stream_ref{});  // the thread's first free: stamp 0
+  r.deallocate(y, stream_ref{});
   r.p->trim();  // both leave the front cache; their records are spare, x's under y's
   // The slot handed out takes y's record, the batch of slots cached beside it x's.
-  void* small = r.allocate(4 * KiB, default_alignment, 0);
+  void* small = r.allocate(4 * KiB, default_alignment, stream_ref{});
   std::vector<void*> large;
-  for (std::size_t n : {3 * MiB, 3 * MiB + 256, 1536 * KiB}) large.push_back(r.allocate(n, default_alignment, 0));
-  for (void* p : large) r.deallocate(p, 0);  // the third makes room: the 3 MiB block goes, no slot
+  for (std::size_t n : {3 * MiB, 3 * MiB + 256, 1536 * KiB}) large.push_back(r.allocate(n, default_alignment, stream_ref{}));
+  for (void* p : large) r.deallocate(p, stream_ref{});  // the third makes room: the 3 MiB block goes, no slot
   EXPECT_EQ(r.p->stats().front_evictions, 1u);
   r.model->check_full();
-  r.deallocate(small, 0);
+  r.deallocate(small, stream_ref{});
   r.free_all_and_trim();
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }

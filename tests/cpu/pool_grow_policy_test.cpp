@@ -29,13 +29,13 @@ std::size_t reserved_after_class_switch(bool grow_first) {
   po.grow_before_reclaim = grow_first;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   std::vector<void*> held;
-  for (int i = 0; i < 64; ++i) held.push_back(r.allocate(200 * KiB, default_alignment, 0));
-  for (void* p : held) r.deallocate(p, 0);
+  for (int i = 0; i < 64; ++i) held.push_back(r.allocate(200 * KiB, default_alignment, stream_ref{}));
+  for (void* p : held) r.deallocate(p, stream_ref{});
   held.clear();
-  for (int i = 0; i < 64; ++i) held.push_back(r.allocate(100 * KiB, default_alignment, 0));
+  for (int i = 0; i < 64; ++i) held.push_back(r.allocate(100 * KiB, default_alignment, stream_ref{}));
   r.model->check_full();
   const std::size_t reserved = r.p->stats().reserved_bytes;
-  for (void* p : held) r.deallocate(p, 0);
+  for (void* p : held) r.deallocate(p, stream_ref{});
   r.free_all_and_trim();
   return reserved;
 }
@@ -56,15 +56,15 @@ TEST(GrowBeforeReclaim, ReclaimsInsteadOfFailingWhenTheDeviceIsFull) {
   po.grow_before_reclaim = true;
   sim_pool_rig r(sim_options{.capacity_bytes = 32 * MiB, .auto_complete = true}, po);
   std::vector<void*> held;
-  for (int i = 0; i < 100; ++i) held.push_back(r.allocate(200 * KiB, default_alignment, 0));
-  for (void* p : held) r.deallocate(p, 0);
+  for (int i = 0; i < 100; ++i) held.push_back(r.allocate(200 * KiB, default_alignment, stream_ref{}));
+  for (void* p : held) r.deallocate(p, stream_ref{});
   ASSERT_GT(r.p->stats().reserved_bytes, 16 * MiB);
   void* big = nullptr;
-  ASSERT_NO_THROW(big = r.allocate(24 * MiB, default_alignment, 0));
+  ASSERT_NO_THROW(big = r.allocate(24 * MiB, default_alignment, stream_ref{}));
   EXPECT_LE(r.p->stats().reserved_bytes, 32 * MiB);
   EXPECT_EQ(r.p->stats().failed_allocations, 0u);
   r.model->check_full();
-  r.deallocate(big, 0);
+  r.deallocate(big, stream_ref{});
   r.free_all_and_trim();
 }
 
@@ -75,13 +75,13 @@ TEST(GrowBeforeReclaim, ReclaimsAtThePoolsOwnLimit) {
   po.max_reserved_bytes = 32 * MiB;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   std::vector<void*> held;
-  for (int i = 0; i < 100; ++i) held.push_back(r.allocate(200 * KiB, default_alignment, 0));
-  for (void* p : held) r.deallocate(p, 0);
+  for (int i = 0; i < 100; ++i) held.push_back(r.allocate(200 * KiB, default_alignment, stream_ref{}));
+  for (void* p : held) r.deallocate(p, stream_ref{});
   void* big = nullptr;
-  ASSERT_NO_THROW(big = r.allocate(24 * MiB, default_alignment, 0));
+  ASSERT_NO_THROW(big = r.allocate(24 * MiB, default_alignment, stream_ref{}));
   EXPECT_LE(r.p->stats().peak_reserved_bytes, 32 * MiB);
   r.model->check_full();
-  r.deallocate(big, 0);
+  r.deallocate(big, stream_ref{});
   r.free_all_and_trim();
 }
 
@@ -188,28 +188,28 @@ static_assert(detail::size_class_of(class_below) + 1 == detail::size_class_of(in
 
 TEST(GrowBeforeReclaim, ACachedLargeBlockServesSmallerRequestsOfItsClassAndTheClassBelow) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, grow_first());
-  void* a = r.allocate(in_class, default_alignment, 0);
+  void* a = r.allocate(in_class, default_alignment, stream_ref{});
   EXPECT_EQ(block_bytes_at(*r.p, a), in_class) << "a block from the arena has the size asked";
-  r.deallocate(a, 0);
+  r.deallocate(a, stream_ref{});
   const std::uint64_t slow = slow_allocations(*r.p);
 
-  void* b = r.allocate(same_class_smaller, default_alignment, 0);
+  void* b = r.allocate(same_class_smaller, default_alignment, stream_ref{});
   EXPECT_EQ(b, a) << "the cached block of the same class serves it";
   EXPECT_EQ(slow_allocations(*r.p), slow) << "without the pool's slow path";
   EXPECT_EQ(r.p->stats().live_bytes, same_class_smaller) << "live bytes are what was asked, not the block";
   EXPECT_EQ(block_bytes_at(*r.p, b), in_class);
   r.model->check_full();
-  r.deallocate(b, 0);
+  r.deallocate(b, stream_ref{});
 
-  void* c = r.allocate(class_below, default_alignment, 0);
+  void* c = r.allocate(class_below, default_alignment, stream_ref{});
   EXPECT_EQ(c, a) << "a block of the next class up serves it too";
   EXPECT_EQ(slow_allocations(*r.p), slow);
   EXPECT_EQ(r.p->stats().live_bytes, class_below);
   r.model->check_full();
-  r.deallocate(c, 0);
+  r.deallocate(c, stream_ref{});
 
   // A request larger than the cached block never gets it, even in the same class.
-  void* d = r.allocate(in_class + 32 * KiB, default_alignment, 0);
+  void* d = r.allocate(in_class + 32 * KiB, default_alignment, stream_ref{});
   EXPECT_NE(d, a);
   EXPECT_EQ(block_bytes_at(*r.p, d), in_class + 32 * KiB);
   r.model->check_full();
@@ -218,14 +218,14 @@ TEST(GrowBeforeReclaim, ACachedLargeBlockServesSmallerRequestsOfItsClassAndTheCl
 
 TEST(GrowBeforeReclaim, TheDefaultPolicyHandsOutLargeBlocksOfExactlyTheSizeAsked) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, pool_options{});
-  void* a = r.allocate(in_class, default_alignment, 0);
-  r.deallocate(a, 0);
+  void* a = r.allocate(in_class, default_alignment, stream_ref{});
+  r.deallocate(a, stream_ref{});
   const std::uint64_t slow = slow_allocations(*r.p);
-  void* b = r.allocate(same_class_smaller, default_alignment, 0);
+  void* b = r.allocate(same_class_smaller, default_alignment, stream_ref{});
   EXPECT_EQ(slow_allocations(*r.p), slow + 1) << "only a cached block of exactly its size serves it";
   EXPECT_EQ(block_bytes_at(*r.p, b), same_class_smaller);
-  r.deallocate(b, 0);
-  void* c = r.allocate(same_class_smaller, default_alignment, 0);
+  r.deallocate(b, stream_ref{});
+  void* c = r.allocate(same_class_smaller, default_alignment, stream_ref{});
   EXPECT_EQ(c, b) << "a block of exactly its size does";
   EXPECT_EQ(slow_allocations(*r.p), slow + 1);
   r.model->check_full();
@@ -253,18 +253,18 @@ TEST(GrowBeforeReclaim, CarvesARequestFromALargerCachedBlockBeforeGrowing) {
   // A 40 MiB block is freed into the front cache; a 24 MiB request (classes apart: no front cache
   // hit) would otherwise need new memory.
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, grow_first());
-  void* a = r.allocate(40 * MiB, default_alignment, 0);
-  r.deallocate(a, 0);
+  void* a = r.allocate(40 * MiB, default_alignment, stream_ref{});
+  r.deallocate(a, stream_ref{});
   const pool_stats before = r.p->stats();
   const std::uint64_t slow = slow_allocations(*r.p);
-  void* b = r.allocate(24 * MiB, default_alignment, 0);
+  void* b = r.allocate(24 * MiB, default_alignment, stream_ref{});
   const pool_stats after = r.p->stats();
   EXPECT_EQ(slow_allocations(*r.p), slow + 1);
   EXPECT_EQ(after.reserved_bytes, before.reserved_bytes) << "no new memory";
   EXPECT_EQ(after.upstream_calls, before.upstream_calls);
   EXPECT_GE(after.largest_free_block_bytes, 16 * MiB) << "the rest of the block is free for any size";
   r.model->check_full();
-  r.deallocate(b, 0);
+  r.deallocate(b, stream_ref{});
   r.free_all_and_trim();
 }
 
@@ -282,11 +282,11 @@ std::uint64_t large_hits_after_refree(double fraction) {
     for (int k = 0; k < 3; ++k) sizes.push_back(detail::size_class_bytes(c) - 4 * KiB);
   std::vector<void*> kept, freed;
   for (int k = 0; k < 8; ++k)
-    for (std::size_t n : sizes) kept.push_back(r.allocate(n, default_alignment, 0));
-  for (std::size_t n : sizes) freed.push_back(r.allocate(n, default_alignment, 0));
-  for (void* p : freed) r.deallocate(p, 0);
+    for (std::size_t n : sizes) kept.push_back(r.allocate(n, default_alignment, stream_ref{}));
+  for (std::size_t n : sizes) freed.push_back(r.allocate(n, default_alignment, stream_ref{}));
+  for (void* p : freed) r.deallocate(p, stream_ref{});
   const std::uint64_t hits = r.p->stats().front_hits;
-  for (std::size_t n : sizes) r.allocate(n, default_alignment, 0);
+  for (std::size_t n : sizes) r.allocate(n, default_alignment, stream_ref{});
   const std::uint64_t got = r.p->stats().front_hits - hits;
   r.model->check_full();
   r.free_all_and_trim();
@@ -307,10 +307,10 @@ TEST(GrowBeforeReclaim, CachedLargeBlocksAreReclaimedWhenTheDeviceIsFull) {
   // cache); then 140 MiB more than growing can give is asked for in one block.
   sim_pool_rig r(sim_options{.capacity_bytes = 256 * MiB, .auto_complete = true}, grow_first());
   std::vector<void*> held;
-  for (int i = 0; i < 40; ++i) held.push_back(r.allocate(4 * MiB, default_alignment, 0));
-  for (int i = 0; i < 40; i += 2) r.deallocate(held[static_cast<std::size_t>(i)], 0);
+  for (int i = 0; i < 40; ++i) held.push_back(r.allocate(4 * MiB, default_alignment, stream_ref{}));
+  for (int i = 0; i < 40; i += 2) r.deallocate(held[static_cast<std::size_t>(i)], stream_ref{});
   void* big = nullptr;
-  ASSERT_NO_THROW(big = r.allocate(140 * MiB, default_alignment, 0));
+  ASSERT_NO_THROW(big = r.allocate(140 * MiB, default_alignment, stream_ref{}));
   EXPECT_NE(big, nullptr);
   EXPECT_LE(r.p->stats().reserved_bytes, 256 * MiB);
   EXPECT_EQ(r.p->stats().failed_allocations, 0u);
@@ -370,13 +370,13 @@ namespace {
 std::uint64_t refills_after_large_blocks_fell(const pool_options& po) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .auto_complete = true}, po);
   std::vector<void*> large;
-  for (std::size_t i = 0; i < 64; ++i) large.push_back(r.allocate((8 + i % 16) * MiB, default_alignment, 0));
-  for (void* p : large) r.deallocate(p, 0);
+  for (std::size_t i = 0; i < 64; ++i) large.push_back(r.allocate((8 + i % 16) * MiB, default_alignment, stream_ref{}));
+  for (void* p : large) r.deallocate(p, stream_ref{});
   EXPECT_GT(r.p->stats().reserved_bytes - r.p->stats().live_bytes, 32 * MiB) << "large blocks stay cached";
   // One request and its free first: the bin's first fill is a refill whatever the budget.
-  r.deallocate(r.allocate(4 * KiB, default_alignment, 0), 0);
+  r.deallocate(r.allocate(4 * KiB, default_alignment, stream_ref{}), stream_ref{});
   const std::uint64_t before = r.p->stats().front_refills;
-  for (int i = 0; i < 1000; ++i) r.deallocate(r.allocate(4 * KiB, default_alignment, 0), 0);
+  for (int i = 0; i < 1000; ++i) r.deallocate(r.allocate(4 * KiB, default_alignment, stream_ref{}), stream_ref{});
   const std::uint64_t refills = r.p->stats().front_refills - before;
   r.model->check_full();
   r.free_all_and_trim();

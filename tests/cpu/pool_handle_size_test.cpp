@@ -25,11 +25,11 @@ pool_options options(bool grow_first, std::size_t handle_bytes) {
 // Physical handles created for one 64 MiB block on a fresh pool.
 std::uint64_t handles_for_64_mib(const pool_options& po) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
-  void* p = r.allocate(64 * MiB, default_alignment, 0);
+  void* p = r.allocate(64 * MiB, default_alignment, stream_ref{});
   const std::uint64_t calls = r.dev->upstream_calls();
   EXPECT_EQ(r.p->stats().reserved_bytes, 64 * MiB);
   r.model->check_full();
-  r.deallocate(p, 0);
+  r.deallocate(p, stream_ref{});
   r.free_all_and_trim();
   return calls;
 }
@@ -47,16 +47,16 @@ TEST(HandleSize, AHandleHoldingALiveBlockStaysMappedWhole) {
   // 32 MiB in two 16 MiB handles, freed; a 2 MiB block then lands at the bottom, in the first
   // handle. Trim gives back only the second: the first cannot be unmapped in part.
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, options(false, 16 * MiB));
-  void* big = r.allocate(32 * MiB, default_alignment, 0);
+  void* big = r.allocate(32 * MiB, default_alignment, stream_ref{});
   ASSERT_EQ(r.dev->upstream_calls(), 2u);
-  r.deallocate(big, 0);
-  void* small = r.allocate(2 * MiB, default_alignment, 0);
+  r.deallocate(big, stream_ref{});
+  void* small = r.allocate(2 * MiB, default_alignment, stream_ref{});
   EXPECT_EQ(r.dev->upstream_calls(), 2u);  // on mapped memory: no new handle
   r.p->trim();
   r.model->check_full();
   EXPECT_EQ(r.p->stats().reserved_bytes, 16 * MiB);
   EXPECT_EQ(r.dev->used_bytes(), 16 * MiB);
-  r.deallocate(small, 0);
+  r.deallocate(small, stream_ref{});
   r.free_all_and_trim();
 }
 
@@ -67,19 +67,19 @@ TEST(HandleSize, AHandleHoldingALiveBlockStaysMappedWhole) {
 // beside it. Returns the pool's reserved bytes after.
 std::size_t reserved_after_small_need_beside_large_idle_handle(std::size_t capacity) {
   sim_pool_rig r(sim_options{.capacity_bytes = capacity, .auto_complete = true}, options(false, 16 * MiB));
-  void* a = r.allocate(16 * MiB, default_alignment, 0);
-  void* b = r.allocate(2 * MiB, default_alignment, 0);
-  void* e = r.allocate(10 * MiB, default_alignment, 0);
+  void* a = r.allocate(16 * MiB, default_alignment, stream_ref{});
+  void* b = r.allocate(2 * MiB, default_alignment, stream_ref{});
+  void* e = r.allocate(10 * MiB, default_alignment, stream_ref{});
   EXPECT_EQ(r.dev->upstream_calls(), 3u);
-  r.deallocate(a, 0);
-  r.deallocate(e, 0);
+  r.deallocate(a, stream_ref{});
+  r.deallocate(e, stream_ref{});
   void* c = nullptr;
-  EXPECT_NO_THROW(c = r.allocate(17 * MiB, default_alignment, 0));
+  EXPECT_NO_THROW(c = r.allocate(17 * MiB, default_alignment, stream_ref{}));
   r.model->check_full();
   EXPECT_LE(r.p->stats().peak_reserved_bytes, 28 * MiB);
   const std::size_t reserved = r.p->stats().reserved_bytes;
   for (void* p : {b, c})
-    if (p) r.deallocate(p, 0);
+    if (p) r.deallocate(p, stream_ref{});
   r.free_all_and_trim();
   return reserved;
 }

@@ -56,9 +56,9 @@ TEST_P(InitialReserve, IsHeldFromTheStartAndServesEveryStreamWithoutGrowth) {
       for (int i = 0; i < 18; ++i, ++k) p.deallocate(held[k].first, held[k].second, default_alignment, s);
     p.check_invariants();
     // A request past the reserve still grows the pool.
-    void* big = p.allocate(200 * MiB, default_alignment, 0);
+    void* big = p.allocate(200 * MiB, default_alignment, stream_ref{});
     EXPECT_GT(p.stats().reserved_bytes, start.reserved_bytes);
-    p.deallocate(big, 200 * MiB, default_alignment, 0);
+    p.deallocate(big, 200 * MiB, default_alignment, stream_ref{});
     p.trim();
     EXPECT_EQ(p.stats().live_bytes, 0u);
   }
@@ -83,8 +83,8 @@ TEST_P(InitialReserve, ThatTheDeviceOrTheLimitCannotGiveFailsTheConstruction) {
   po.initial_reserve_bytes = 64 * MiB;
   pool p(dev.memory(), dev.streams(), po);
   EXPECT_EQ(p.stats().reserved_bytes, 64 * MiB);
-  void* x = p.allocate(60 * MiB, default_alignment, 0);
-  p.deallocate(x, 60 * MiB, default_alignment, 0);
+  void* x = p.allocate(60 * MiB, default_alignment, stream_ref{});
+  p.deallocate(x, 60 * MiB, default_alignment, stream_ref{});
 }
 
 TEST(InitialReserveOptions, OverTheReleaseThresholdIsRefusedByName) {

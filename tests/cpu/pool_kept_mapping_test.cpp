@@ -29,9 +29,9 @@ pool_options narrow_range() {
 // there (kept mapped at 0) and 2 new.
 struct moved_away {
   sim_pool_rig r{sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, narrow_range()};
-  void* a = r.allocate(32 * MiB, default_alignment, 0);
-  void* pin = r.allocate(2 * MiB, default_alignment, 0);
-  void* c = (r.deallocate(a, 0), r.allocate(36 * MiB, default_alignment, 0));
+  void* a = r.allocate(32 * MiB, default_alignment, stream_ref{});
+  void* pin = r.allocate(2 * MiB, default_alignment, stream_ref{});
+  void* c = (r.deallocate(a, stream_ref{}), r.allocate(36 * MiB, default_alignment, stream_ref{}));
 };
 
 // After moved_away: C is freed and E (6 MiB) takes the bottom of C's place; D
@@ -47,11 +47,11 @@ TEST(KeptMapping, AGranuleMovedBackWhereItIsStillMappedCostsNoDriverCall) {
   EXPECT_EQ(after_c.driver_unmaps, 0u) << "...but stayed mapped there";
   EXPECT_EQ(after_c.kept_mappings, 16u);
   EXPECT_EQ(after_c.reserved_bytes, 38 * MiB) << "A's memory counted once";
-  r.deallocate(c, 0);
-  void* e = r.allocate(6 * MiB, default_alignment, 0);
+  r.deallocate(c, stream_ref{});
+  void* e = r.allocate(6 * MiB, default_alignment, stream_ref{});
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(e), reinterpret_cast<std::uintptr_t>(pin) + 2 * MiB);
   const pool_stats before_d = r.p->stats();
-  void* d = r.allocate(32 * MiB, default_alignment, 0);
+  void* d = r.allocate(32 * MiB, default_alignment, stream_ref{});
   const pool_stats after_d = r.p->stats();
   EXPECT_EQ(d, a) << "D fits only where A was";
   EXPECT_EQ(after_d.maps - before_d.maps, 16u);
@@ -59,9 +59,9 @@ TEST(KeptMapping, AGranuleMovedBackWhereItIsStillMappedCostsNoDriverCall) {
   EXPECT_EQ(after_d.driver_unmaps - before_d.driver_unmaps, 3u) << "3 kept mappings made room for other handles";
   EXPECT_EQ(after_d.reserved_bytes, 40 * MiB) << "one granule more: 20 are live";
   r.model->check_full();
-  r.deallocate(d, 0);
-  r.deallocate(e, 0);
-  r.deallocate(pin, 0);
+  r.deallocate(d, stream_ref{});
+  r.deallocate(e, stream_ref{});
+  r.deallocate(pin, stream_ref{});
   r.free_all_and_trim();
   const pool_stats end = r.p->stats();
   EXPECT_EQ(end.kept_mappings, 0u) << "trim unmaps every kept mapping before releasing its handle";
@@ -76,8 +76,8 @@ TEST(KeptMapping, ThePoolsEndUnmapsThemAll) {
   void *a = x.a, *pin = x.pin, *c = x.c;
   ASSERT_EQ(r.p->stats().kept_mappings, 16u);
   ASSERT_TRUE(r.dev->is_mapped(a, 32 * MiB)) << "the simulated driver still maps A's place";
-  r.deallocate(c, 0);
-  r.deallocate(pin, 0);
+  r.deallocate(c, stream_ref{});
+  r.deallocate(pin, stream_ref{});
   r.model->check_full();
   r.up->watch(nullptr);
   r.model.reset();

@@ -75,17 +75,17 @@ TEST_P(Oom, LargestFreeBlockCountsOnlyUsableMemory) {
   // upstream the hole's granules are unmapped: it is address space, not memory, and the report's
   // "largest free block" (pool_stats: "largest mapped free block") must not offer it.
   sim_pool_rig r(sim_options{.capacity_bytes = 64 * MiB, .virtual_memory = GetParam()}, pool_options{});
-  void* a = r.allocate(4 * MiB, 256, 0);
-  void* b = r.allocate(4 * MiB, 256, 0);
-  void* c = r.allocate(4 * MiB, 256, 0);
-  r.deallocate(b, 0);
+  void* a = r.allocate(4 * MiB, 256, stream_ref{});
+  void* b = r.allocate(4 * MiB, 256, stream_ref{});
+  void* c = r.allocate(4 * MiB, 256, stream_ref{});
+  r.deallocate(b, stream_ref{});
   r.p->trim();
   r.model->check_full();
   const auto st = r.p->stats();
   EXPECT_LE(st.largest_free_block_bytes, st.cached_bytes)
       << "largest free block " << st.largest_free_block_bytes << " B but only " << st.cached_bytes << " B cached";
-  r.deallocate(a, 0);
-  r.deallocate(c, 0);
+  r.deallocate(a, stream_ref{});
+  r.deallocate(c, stream_ref{});
   r.free_all_and_trim();
 }
 
@@ -93,9 +93,9 @@ TEST_P(Oom, PoolLimitIsReportedAndAdvised) {
   pool_options po;
   po.max_reserved_bytes = 8 * MiB;
   sim_pool_rig r(sim_options{.capacity_bytes = 64 * MiB, .virtual_memory = GetParam()}, po);
-  void* a = r.allocate(6 * MiB, 256, 0);
+  void* a = r.allocate(6 * MiB, 256, stream_ref{});
   try {
-    r.p->allocate(4 * MiB, 256, 0);
+    r.p->allocate(4 * MiB, 256, stream_ref{});
     FAIL() << "the pool's own limit was passed";
   } catch (const out_of_memory& e) {
     EXPECT_EQ(e.report().limit_bytes, 8 * MiB);
@@ -103,26 +103,26 @@ TEST_P(Oom, PoolLimitIsReportedAndAdvised) {
   }
   EXPECT_LE(r.p->stats().reserved_bytes, 8 * MiB);
   r.model->check_full();
-  r.deallocate(a, 0);
-  EXPECT_NO_THROW(r.deallocate(r.allocate(8 * MiB, 256, 0), 0));
+  r.deallocate(a, stream_ref{});
+  EXPECT_NO_THROW(r.deallocate(r.allocate(8 * MiB, 256, stream_ref{}), stream_ref{}));
   r.free_all_and_trim();
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }
 
 TEST_P(Oom, EveryUpstreamCallRefusedThrowsAndLeavesNothing) {
   sim_pool_rig r(sim_options{.capacity_bytes = 64 * MiB, .virtual_memory = GetParam()}, pool_options{});
-  void* a = r.allocate(3 * MiB, 256, 0);
+  void* a = r.allocate(3 * MiB, 256, stream_ref{});
   r.dev->fail_every(true);
-  EXPECT_THROW(r.p->allocate(64 * MiB, 256, 0), out_of_memory);
+  EXPECT_THROW(r.p->allocate(64 * MiB, 256, stream_ref{}), out_of_memory);
   void* small = nullptr;  // a slab still fits in the mapped remainder: no upstream call needed
-  ASSERT_NO_THROW(small = r.allocate(200, 256, 7));
-  r.deallocate(small, 7);
+  ASSERT_NO_THROW(small = r.allocate(200, 256, stream_ref{7}));
+  r.deallocate(small, stream_ref{7});
   r.model->check_full();
   r.dev->fail_every(false);
   void* b = nullptr;
-  ASSERT_NO_THROW(b = r.allocate(8 * MiB, 256, 0));
-  r.deallocate(a, 0);
-  r.deallocate(b, 0);
+  ASSERT_NO_THROW(b = r.allocate(8 * MiB, 256, stream_ref{}));
+  r.deallocate(a, stream_ref{});
+  r.deallocate(b, stream_ref{});
   r.free_all_and_trim();
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }
@@ -132,14 +132,14 @@ TEST_P(Oom, EveryUpstreamCallRefusedThrowsAndLeavesNothing) {
 // then have.
 TEST_P(Oom, ARequestLargerThanTheDeviceTakesNoMemoryOnTheWay) {
   sim_pool_rig r(sim_options{.capacity_bytes = 256 * MiB, .virtual_memory = GetParam()}, pool_options{});
-  void* a = r.allocate(16 * MiB, 256, 0);
+  void* a = r.allocate(16 * MiB, 256, stream_ref{});
   const std::size_t before = r.p->stats().reserved_bytes;
-  EXPECT_THROW(r.p->allocate(512 * MiB, 256, 0), out_of_memory);
+  EXPECT_THROW(r.p->allocate(512 * MiB, 256, stream_ref{}), out_of_memory);
   EXPECT_EQ(r.p->stats().reserved_bytes, before);
   EXPECT_EQ(r.dev->used_bytes(), before);
   EXPECT_EQ(r.p->stats().peak_reserved_bytes, before) << "it grew on the way to failing";
   r.model->check_full();
-  r.deallocate(a, 0);
+  r.deallocate(a, stream_ref{});
   r.free_all_and_trim();
 }
 
@@ -148,16 +148,16 @@ TEST_P(Oom, ARequestLargerThanTheDeviceTakesNoMemoryOnTheWay) {
 TEST_P(Oom, AFailedGrowthGivesBackWhatItCreated) {
   sim_pool_rig r(sim_options{.capacity_bytes = 256 * MiB, .virtual_memory = GetParam()}, pool_options{});
   pool other(r.dev->memory(), r.dev->streams(), pool_options{});
-  void* held = other.allocate(160 * MiB, 256, 0);  // 96 MiB of the device left
-  void* a = r.allocate(16 * MiB, 256, 0);
+  void* held = other.allocate(160 * MiB, 256, stream_ref{});  // 96 MiB of the device left
+  void* a = r.allocate(16 * MiB, 256, stream_ref{});
   const std::size_t before = r.p->stats().reserved_bytes;
-  EXPECT_THROW(r.p->allocate(128 * MiB, 256, 0), out_of_memory);
+  EXPECT_THROW(r.p->allocate(128 * MiB, 256, stream_ref{}), out_of_memory);
   EXPECT_EQ(r.p->stats().reserved_bytes, before);
   EXPECT_EQ(r.dev->used_bytes(), before + other.stats().reserved_bytes);
   r.model->check_full();
-  r.deallocate(a, 0);
+  r.deallocate(a, stream_ref{});
   r.free_all_and_trim();
-  other.deallocate(held, 160 * MiB, 256, 0);
+  other.deallocate(held, 160 * MiB, 256, stream_ref{});
   other.trim();
 }
 

@@ -33,22 +33,22 @@ moved moved_of(const pool_stats& s) { return {s.maps, s.unmaps}; }
 // then fits nowhere mapped as the arena sees it. Returns the granules mapped and unmapped for it.
 moved granules_moved_for_a_request_over_cached_blocks(bool own_first) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, options(0.5, own_first));
-  void* a = r.allocate(64 * MiB, default_alignment, 0);
-  void* b = r.allocate(64 * MiB, default_alignment, 0);
-  void* c = r.allocate(64 * MiB, default_alignment, 0);
-  void* d = r.allocate(64 * MiB, default_alignment, 0);
-  r.deallocate(a, 0);
-  r.deallocate(c, 0);
-  r.deallocate(b, 0);
+  void* a = r.allocate(64 * MiB, default_alignment, stream_ref{});
+  void* b = r.allocate(64 * MiB, default_alignment, stream_ref{});
+  void* c = r.allocate(64 * MiB, default_alignment, stream_ref{});
+  void* d = r.allocate(64 * MiB, default_alignment, stream_ref{});
+  r.deallocate(a, stream_ref{});
+  r.deallocate(c, stream_ref{});
+  r.deallocate(b, stream_ref{});
   const moved before = moved_of(r.p->stats());
   EXPECT_EQ(r.p->stats().reserved_bytes, 256 * MiB);
-  void* e = r.allocate(128 * MiB, default_alignment, 0);
+  void* e = r.allocate(128 * MiB, default_alignment, stream_ref{});
   const moved after = moved_of(r.p->stats());
   // Neither way grows: the tight reserve holds.
   EXPECT_EQ(r.p->stats().reserved_bytes, 256 * MiB);
   r.model->check_full();
-  r.deallocate(e, 0);
-  r.deallocate(d, 0);
+  r.deallocate(e, stream_ref{});
+  r.deallocate(d, stream_ref{});
   r.free_all_and_trim();
   return {after.maps - before.maps, after.unmaps - before.unmaps};
 }
@@ -70,8 +70,8 @@ TEST(FrontCachePeakFraction, LargeBlocksStayCachedUpToTheShareOfPeakAndNeverAddR
     sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, options(fraction, false));
     void* step[4];
     for (int round = 0; round < 3; ++round) {
-      for (auto& p : step) p = r.allocate(48 * MiB, default_alignment, 0);
-      for (auto& p : step) r.deallocate(p, 0);
+      for (auto& p : step) p = r.allocate(48 * MiB, default_alignment, stream_ref{});
+      for (auto& p : step) r.deallocate(p, stream_ref{});
     }
     const pool_stats s = r.p->stats();
     EXPECT_EQ(s.reserved_bytes, 4 * 48 * MiB) << "fraction " << fraction;  // caching never grows the pool

@@ -46,23 +46,23 @@ struct two_requests {
   std::vector<void*> live;
 };
 two_requests run_two_requests(sim_pool_rig& r) {
-  void* a = r.allocate(64 * MiB, default_alignment, 0);
-  void* p1 = r.allocate(2 * MiB, default_alignment, 0);
-  void* b = r.allocate(64 * MiB, default_alignment, 0);
-  void* p2 = r.allocate(2 * MiB, default_alignment, 0);
+  void* a = r.allocate(64 * MiB, default_alignment, stream_ref{});
+  void* p1 = r.allocate(2 * MiB, default_alignment, stream_ref{});
+  void* b = r.allocate(64 * MiB, default_alignment, stream_ref{});
+  void* p2 = r.allocate(2 * MiB, default_alignment, stream_ref{});
   EXPECT_EQ(r.p->stats().reserved_bytes, 132 * MiB);
-  r.deallocate(a, 0);
-  void* c = r.allocate(96 * MiB, default_alignment, 0);
+  r.deallocate(a, stream_ref{});
+  void* c = r.allocate(96 * MiB, default_alignment, stream_ref{});
   const figures after_c = figures_of(r.p->stats());
-  r.deallocate(b, 0);
-  void* d = r.allocate(96 * MiB, default_alignment, 0);
+  r.deallocate(b, stream_ref{});
+  void* d = r.allocate(96 * MiB, default_alignment, stream_ref{});
   const figures after_d = figures_of(r.p->stats());
   r.model->check_full();
   return {after_c, after_d, {c, d, p1, p2}};
 }
 
 void free_all(sim_pool_rig& r, const std::vector<void*>& live) {
-  for (void* p : live) r.deallocate(p, 0);
+  for (void* p : live) r.deallocate(p, stream_ref{});
   r.free_all_and_trim();
 }
 
@@ -96,11 +96,11 @@ TEST(RemapTimeBudget, ASpentBudgetGrowsInsteadOfMovingUntilTimeRepaysIt) {
   // 100 s later (1 s of budget, capped at 10 ms: the debt repaid): E (128 MiB, 64 granules above
   // D) takes B's 32 idle granules again and grows by 32 only (388 MiB had it grown by all 64).
   clock_ns = 100'000'000'000ull;
-  void* e = r.allocate(128 * MiB, default_alignment, 0);
+  void* e = r.allocate(128 * MiB, default_alignment, stream_ref{});
   EXPECT_EQ(r.p->stats().unmaps, 64u);
   EXPECT_EQ(r.p->stats().reserved_bytes, 324 * MiB);
   r.model->check_full();
-  r.deallocate(e, 0);
+  r.deallocate(e, stream_ref{});
   free_all(r, t.live);
 }
 

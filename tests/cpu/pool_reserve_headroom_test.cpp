@@ -38,9 +38,9 @@ std::vector<std::size_t> step_shapes() {
 std::uint64_t run_step(sim_pool_rig& r) {
   const std::uint64_t before = r.p->stats().front_hits;
   std::vector<void*> held;
-  for (std::size_t n : step_shapes()) held.push_back(r.allocate(n, default_alignment, 0));
+  for (std::size_t n : step_shapes()) held.push_back(r.allocate(n, default_alignment, stream_ref{}));
   const std::uint64_t hits = r.p->stats().front_hits - before;
-  for (void* p : held) r.deallocate(p, 0);
+  for (void* p : held) r.deallocate(p, stream_ref{});
   return hits;
 }
 
@@ -81,7 +81,7 @@ TEST(ReserveHeadroom, PastTheHeadroomTheShareOfLiveRules) {
   auto r = rig(0.1);
   // 256 MiB reserved, then the peaks reset: reserved is now far over peak live, as after a job's
   // large phase (a block over the cache's budget goes straight back to the arena).
-  r->deallocate(r->allocate(256 * MiB, default_alignment, 0), 0);
+  r->deallocate(r->allocate(256 * MiB, default_alignment, stream_ref{}), stream_ref{});
   r->p->reset_peaks();
   run_step(*r);  // carved from the free 256 MiB: peak live 96 MiB, reserved still 256 MiB
   ASSERT_GT(static_cast<double>(r->p->stats().reserved_bytes), 1.1 * 96.0 * MiB);
@@ -100,9 +100,9 @@ std::uint64_t hits_on_one_shape(double headroom) {
   auto step = [&] {
     const std::uint64_t before = r.p->stats().front_hits;
     std::vector<void*> held;
-    for (int k = 0; k < 8; ++k) held.push_back(r.allocate(24 * MiB + 256, default_alignment, 0));
+    for (int k = 0; k < 8; ++k) held.push_back(r.allocate(24 * MiB + 256, default_alignment, stream_ref{}));
     const std::uint64_t hits = r.p->stats().front_hits - before;
-    for (void* p : held) r.deallocate(p, 0);
+    for (void* p : held) r.deallocate(p, stream_ref{});
     return hits;
   };
   step();

@@ -40,9 +40,9 @@ TEST_P(Settle, GivesCachedBlocksToTheFreeMemoryAndNothingToTheDevice) {
   for (int i = 0; i < 64; ++i) {
     const std::size_t bytes = (i % 4 == 0) ? (3 + i % 5) * MiB : 512 + 64 * std::size_t(i);
     if (i % 4 == 0) large_bytes += bytes;
-    (i % 3 == 0 ? kept : freed).emplace_back(p.allocate(bytes, default_alignment, 0), bytes);
+    (i % 3 == 0 ? kept : freed).emplace_back(p.allocate(bytes, default_alignment, stream_ref{}), bytes);
   }
-  for (auto [ptr, bytes] : freed) p.deallocate(ptr, bytes, default_alignment, 0);
+  for (auto [ptr, bytes] : freed) p.deallocate(ptr, bytes, default_alignment, stream_ref{});
   const pool_stats before = p.stats();
   ASSERT_GT(before.cached_bytes, 0u);
 
@@ -55,7 +55,7 @@ TEST_P(Settle, GivesCachedBlocksToTheFreeMemoryAndNothingToTheDevice) {
   EXPECT_EQ(after.live_bytes, before.live_bytes);
   // What the caches held is free memory of the pool now: one block can take all of it that is
   // contiguous, and the kept blocks are still live and still free cleanly afterwards.
-  for (auto [ptr, bytes] : kept) p.deallocate(ptr, bytes, default_alignment, 0);
+  for (auto [ptr, bytes] : kept) p.deallocate(ptr, bytes, default_alignment, stream_ref{});
   p.check_invariants();
   EXPECT_EQ(p.stats().live_bytes, 0u);
   p.settle();
@@ -71,10 +71,10 @@ TEST_P(Settle, GivesCachedBlocksToTheFreeMemoryAndNothingToTheDevice) {
   const std::size_t whole_bytes =
       virtual_memory && !grow_first ? idle.reserved_bytes : idle.largest_free_block_bytes;
   EXPECT_GE(whole_bytes, 3 * MiB);
-  void* whole = p.allocate(whole_bytes, default_alignment, 0);
+  void* whole = p.allocate(whole_bytes, default_alignment, stream_ref{});
   EXPECT_EQ(p.stats().reserved_bytes, idle.reserved_bytes);
   EXPECT_EQ(p.stats().upstream_calls, idle.upstream_calls);
-  p.deallocate(whole, whole_bytes, default_alignment, 0);
+  p.deallocate(whole, whole_bytes, default_alignment, stream_ref{});
   p.check_invariants();
 }
 

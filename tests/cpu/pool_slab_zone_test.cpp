@@ -36,19 +36,19 @@ hole_scenario run_hole_scenario(const pool_options& base) {
   po.front_cache = false;
   pool p(dev.memory(), dev.streams(), po);
   hole_scenario r;
-  void* a = p.allocate(48 * MiB, default_alignment, 0);
-  void* b = p.allocate(48 * MiB, default_alignment, 0);
+  void* a = p.allocate(48 * MiB, default_alignment, stream_ref{});
+  void* b = p.allocate(48 * MiB, default_alignment, stream_ref{});
   r.first = reinterpret_cast<std::uintptr_t>(a);
-  p.deallocate(a, 48 * MiB, default_alignment, 0);
-  void* small = p.allocate(4096, default_alignment, 0);
+  p.deallocate(a, 48 * MiB, default_alignment, stream_ref{});
+  void* small = p.allocate(4096, default_alignment, stream_ref{});
   r.slot = reinterpret_cast<std::uintptr_t>(small);
-  p.deallocate(b, 48 * MiB, default_alignment, 0);
+  p.deallocate(b, 48 * MiB, default_alignment, stream_ref{});
   r.reserved_before = p.stats().reserved_bytes;
-  void* both = p.allocate(96 * MiB, default_alignment, 0);
+  void* both = p.allocate(96 * MiB, default_alignment, stream_ref{});
   r.reserved_after = p.stats().reserved_bytes;
   p.check_invariants();
-  p.deallocate(both, 96 * MiB, default_alignment, 0);
-  p.deallocate(small, 4096, default_alignment, 0);
+  p.deallocate(both, 96 * MiB, default_alignment, stream_ref{});
+  p.deallocate(small, 4096, default_alignment, stream_ref{});
   p.check_invariants();
   return r;
 }
@@ -86,11 +86,11 @@ TEST(SlabZone, ARequestLargerThanItsHalfIsPlacedAnywhere) {
   po.address_range_bytes = 64 * MiB;
   pool p(dev.memory(), dev.streams(), po);
   void* big = nullptr;
-  ASSERT_NO_THROW(big = p.allocate(40 * MiB, default_alignment, 0));
-  void* small = p.allocate(512, default_alignment, 0);
+  ASSERT_NO_THROW(big = p.allocate(40 * MiB, default_alignment, stream_ref{}));
+  void* small = p.allocate(512, default_alignment, stream_ref{});
   p.check_invariants();
-  p.deallocate(small, 512, default_alignment, 0);
-  p.deallocate(big, 40 * MiB, default_alignment, 0);
+  p.deallocate(small, 512, default_alignment, stream_ref{});
+  p.deallocate(big, 40 * MiB, default_alignment, stream_ref{});
   p.check_invariants();
 }
 
@@ -107,21 +107,21 @@ TEST(SlabZone, AFullDeviceMovesTheSlabsIdleGranulesToALargeRequest) {
   std::vector<std::pair<void*, std::size_t>> small;
   for (int i = 0; i < 120; ++i) {  // ~29 MiB of small blocks
     const std::size_t bytes = 4096 + 8192 * std::size_t(i % 60);
-    small.emplace_back(p.allocate(bytes, default_alignment, 0), bytes);
+    small.emplace_back(p.allocate(bytes, default_alignment, stream_ref{}), bytes);
   }
   const std::size_t slab_reserved = p.stats().reserved_bytes;
   ASSERT_GT(slab_reserved, 0u);
-  for (auto [ptr, bytes] : small) p.deallocate(ptr, bytes, default_alignment, 0);
+  for (auto [ptr, bytes] : small) p.deallocate(ptr, bytes, default_alignment, stream_ref{});
   p.settle();  // empty slabs back to the arena: their granules are idle in the slabs' half
   p.check_invariants();
   // All the device holds, in one block of the large blocks' half.
   const std::size_t all = 64 * MiB;
   void* big = nullptr;
-  ASSERT_NO_THROW(big = p.allocate(all, default_alignment, 0));
+  ASSERT_NO_THROW(big = p.allocate(all, default_alignment, stream_ref{}));
   EXPECT_EQ(p.stats().reserved_bytes, all);
   EXPECT_GT(p.stats().unmaps, 0u) << "the slabs' granules were moved, not grown beside";
   p.check_invariants();
-  p.deallocate(big, all, default_alignment, 0);
+  p.deallocate(big, all, default_alignment, stream_ref{});
   p.check_invariants();
 }
 

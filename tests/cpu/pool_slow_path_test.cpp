@@ -76,7 +76,7 @@ struct churn {
   }
   void add() {
     const std::size_t b = gpumem::test::log_uniform(g.next(), g.next(), 256, 64 * MiB);
-    live.push_back(r.allocate(b, default_alignment, 0));
+    live.push_back(r.allocate(b, default_alignment, stream_ref{}));
     bytes.push_back(b);
     live_bytes += b;
     peak_live = std::max(peak_live, live_bytes);
@@ -84,7 +84,7 @@ struct churn {
   void steps(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t k = g.below(live.size());
-      r.deallocate(live[k], 0);
+      r.deallocate(live[k], stream_ref{});
       live_bytes -= bytes[k];
       live[k] = live.back();
       bytes[k] = bytes.back();
@@ -136,7 +136,7 @@ struct granule_view {
       if (b.st == block_info::state::unmapped) continue;
       // Cached blocks with a stream are owned by it (freed, the stream's work maybe pending):
       // their granules stay mapped. Ready ones (stream 0 here: the test uses other streams) not.
-      const bool is_busy = b.st == block_info::state::live || b.stream != 0;
+      const bool is_busy = b.st == block_info::state::live || b.stream != stream_ref{};
       for (std::uintptr_t g = b.address / G * G; g < b.address + b.bytes; g += G) {
         mapped.insert(g);
         if (is_busy) busy.insert(g);
@@ -205,13 +205,13 @@ TEST(SlowPath, LazyHarvestingPeaksNoHigherThanHarvestingAtEveryFree) {
     sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{64} << 30, .auto_complete = true}, po);
     for (int round = 0; round < 4; ++round) {
       std::vector<void*> a, b;
-      for (int i = 0; i < 20; ++i) a.push_back(r.allocate(6 * MiB + 4096, default_alignment, 0));
-      for (int i = 0; i < 20; i += 2) r.deallocate(a[i], 0);                  // holes of 6 MiB
-      for (int i = 0; i < 6; ++i) b.push_back(r.allocate(13 * MiB, default_alignment, 0));  // fit none
-      for (int i = 1; i < 20; i += 2) r.deallocate(a[i], 0);
-      for (void* p : b) r.deallocate(p, 0);
-      for (int i = 0; i < 3; ++i) b.push_back(r.allocate(40 * MiB, default_alignment, 0));
-      for (std::size_t i = 6; i < b.size(); ++i) r.deallocate(b[i], 0);
+      for (int i = 0; i < 20; ++i) a.push_back(r.allocate(6 * MiB + 4096, default_alignment, stream_ref{}));
+      for (int i = 0; i < 20; i += 2) r.deallocate(a[i], stream_ref{});                  // holes of 6 MiB
+      for (int i = 0; i < 6; ++i) b.push_back(r.allocate(13 * MiB, default_alignment, stream_ref{}));  // fit none
+      for (int i = 1; i < 20; i += 2) r.deallocate(a[i], stream_ref{});
+      for (void* p : b) r.deallocate(p, stream_ref{});
+      for (int i = 0; i < 3; ++i) b.push_back(r.allocate(40 * MiB, default_alignment, stream_ref{}));
+      for (std::size_t i = 6; i < b.size(); ++i) r.deallocate(b[i], stream_ref{});
     }
     r.model->check_full();
     const pool_stats st = r.p->stats();
@@ -231,7 +231,7 @@ TEST(SlowPath, TrimGivesEverythingBackWithAnIdleBudget) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, po);
   churn c(r, 100);
   c.steps(3000);
-  for (void* p : c.live) r.deallocate(p, 0);
+  for (void* p : c.live) r.deallocate(p, stream_ref{});
   c.live.clear();
   EXPECT_GT(r.p->stats().reserved_bytes, 0u);
   r.p->trim();
@@ -247,16 +247,16 @@ TEST(SlowPath, AnIdleBudgetGivesWayWhenTheDeviceIsFull) {
   pool_options po;
   po.idle_budget = 10.0;
   sim_pool_rig r(sim_options{.capacity_bytes = 40 * MiB}, po);
-  void* a = r.allocate(30 * MiB, default_alignment, 0);
-  void* c = r.allocate(4 * MiB, default_alignment, 0);
-  r.deallocate(a, 0);
+  void* a = r.allocate(30 * MiB, default_alignment, stream_ref{});
+  void* c = r.allocate(4 * MiB, default_alignment, stream_ref{});
+  r.deallocate(a, stream_ref{});
   r.dev->complete_all();
   void* b = nullptr;
-  ASSERT_NO_THROW(b = r.allocate(36 * MiB, default_alignment, 0));
+  ASSERT_NO_THROW(b = r.allocate(36 * MiB, default_alignment, stream_ref{}));
   EXPECT_LE(r.p->stats().reserved_bytes, 40 * MiB);
   r.model->check_full();
-  r.deallocate(b, 0);
-  r.deallocate(c, 0);
+  r.deallocate(b, stream_ref{});
+  r.deallocate(c, stream_ref{});
   r.free_all_and_trim();
 }
 

@@ -118,7 +118,7 @@ TEST_P(StreamSafety, RecordUseKeepsMemoryFromEveryOtherStreamUntilAllComplete) {
   r->deallocate(p, A);
   for (stream_ref s : {A, C, A, C}) {
     void* q = r->allocate(n(), 256, s);
-    EXPECT_FALSE(overlaps(p, n(), q, n())) << "reused on " << s << " while B may still use it";
+    EXPECT_FALSE(overlaps(p, n(), q, n())) << "reused on " << s.value() << " while B may still use it";
   }
   expect_model_holds(*r);
   // Once A and B completed and the pool learned so, it comes back (a slab slot to its slab, which

@@ -59,13 +59,13 @@ sim_pool_rig grow_first_rig() {
 
 TEST(TakeBack, AnotherThreadsCachedBlocksServeThisThreadBeforeGrowth) {
   auto r = grow_first_rig();
-  const std::uint64_t their_hits = with_blocks_cached_by_another_thread(r, 0, [&] {
+  const std::uint64_t their_hits = with_blocks_cached_by_another_thread(r, stream_ref{}, [&] {
     const pool_stats before = r.p->stats();
     ASSERT_GE(before.cached_bytes, 8 * 16 * MiB) << "the other thread's front cache keeps its blocks";
     std::vector<void*> held;
-    for (std::size_t n : shapes()) held.push_back(r.allocate(n, default_alignment, 0));
+    for (std::size_t n : shapes()) held.push_back(r.allocate(n, default_alignment, stream_ref{}));
     EXPECT_EQ(r.p->stats().reserved_bytes, before.reserved_bytes) << "the pool grew beside the cached blocks";
-    for (void* p : held) r.deallocate(p, 0);
+    for (void* p : held) r.deallocate(p, stream_ref{});
     r.model->check_full();
   });
   EXPECT_EQ(their_hits, 0u) << "its blocks went to this thread";

@@ -101,7 +101,7 @@ TEST_P(ThreadStress, SixteenThreadsWithCrossStreamFrees) {
   for (auto& th : pool_threads) th.join();
   ASSERT_FALSE(failed.load()) << err;
   for (auto& b : boxes)
-    for (void* p : b.q) r.deallocate(p, 0);
+    for (void* p : b.q) r.deallocate(p, stream_ref{});
   r.free_all_and_trim();
   EXPECT_EQ(r.p->stats().live_bytes, 0u);
   EXPECT_EQ(r.dev->used_bytes(), 0u);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -80,13 +81,19 @@ TEST(replay_plan, an_empty_trace_plans_nothing) {
   EXPECT_EQ(plan.streams, (std::vector<std::uint64_t>{0}));
 }
 
+std::vector<stream_ref> streams(std::initializer_list<int> values) {
+  std::vector<stream_ref> out;
+  for (int v : values) out.push_back(stream_ref{v});
+  return out;
+}
+
 // Records every call; hands out distinct fake addresses, and nullptr for `refuse` bytes.
 struct recording_allocator {
   struct call {
     bool alloc;
     std::uintptr_t p;
     std::size_t bytes;
-    stream_ref s;
+    std::uintptr_t s;  // the stream's value
     bool operator==(const call&) const = default;
   };
   std::vector<call> calls;
@@ -95,18 +102,18 @@ struct recording_allocator {
   void* alloc(std::size_t bytes, stream_ref s) {
     const std::uintptr_t p = bytes == refuse ? 0 : next;
     if (p) next += 0x1000;
-    calls.push_back({true, p, bytes, s});
+    calls.push_back({true, p, bytes, s.value()});
     return reinterpret_cast<void*>(p);
   }
   void free(void* p, std::size_t bytes, stream_ref s) {
-    calls.push_back({false, reinterpret_cast<std::uintptr_t>(p), bytes, s});
+    calls.push_back({false, reinterpret_cast<std::uintptr_t>(p), bytes, s.value()});
   }
 };
 
 TEST(replay_loop, hands_the_allocator_the_plan_on_its_streams_and_frees_leftovers_where_allocated) {
   const replay_plan plan = make_replay_plan(small_trace());
   recording_allocator a;
-  replay_loop<recording_allocator> loop(a, plan, {10, 15, 17});  // the allocator's streams for 0, 0x5, 0x7
+  replay_loop<recording_allocator> loop(a, plan, streams({10, 15, 17}));  // the allocator's streams for 0, 0x5, 0x7
   loop.run();
   using c = recording_allocator::call;
   const std::vector<c> pass{
@@ -127,7 +134,7 @@ TEST(replay_loop, runs_in_pieces_as_in_one_and_counts_refusals_without_freeing_t
   const replay_plan plan = make_replay_plan(small_trace());
   recording_allocator whole, pieces;
   whole.refuse = pieces.refuse = 300;
-  replay_loop<recording_allocator> one(whole, plan, {0, 1, 2}), split(pieces, plan, {0, 1, 2});
+  replay_loop<recording_allocator> one(whole, plan, streams({0, 1, 2})), split(pieces, plan, streams({0, 1, 2}));
   one.run();
   for (std::size_t i = 0; i < plan.ops.size(); i += 3) split.run(i, std::min(plan.ops.size(), i + 3));
   EXPECT_EQ(whole.calls, pieces.calls);
@@ -138,14 +145,14 @@ TEST(replay_loop, runs_in_pieces_as_in_one_and_counts_refusals_without_freeing_t
 TEST(replay_loop, needs_a_stream_for_each_stream_of_the_plan) {
   const replay_plan plan = make_replay_plan(small_trace());
   recording_allocator a;
-  EXPECT_THROW(replay_loop<recording_allocator>(a, plan, {0, 1}), std::invalid_argument);
+  EXPECT_THROW(replay_loop<recording_allocator>(a, plan, streams({0, 1})), std::invalid_argument);
 }
 
 // The second pass starts from empty slots: the same requests again, on the same streams.
 TEST(replay_loop, a_second_pass_after_free_live_repeats_the_first) {
   const replay_plan plan = make_replay_plan(small_trace());
   recording_allocator a;
-  replay_loop<recording_allocator> loop(a, plan, {0, 1, 2});
+  replay_loop<recording_allocator> loop(a, plan, streams({0, 1, 2}));
   loop.run();
   const std::size_t first = a.calls.size();
   loop.free_live();

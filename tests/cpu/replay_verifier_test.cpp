@@ -50,68 +50,68 @@ void* at(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
 
 TEST(shadow_verifier, clean_blocks_match) {
   auto v = make_shadow_verifier();
-  v->stamp(at(0x1000), 1024, 1, 0);
-  v->stamp(at(0x1400), 1024, 2, 0);  // adjacent
-  v->check(at(0x1000), 1024, 1, 0, 0);
-  v->check(at(0x1400), 1024, 2, 0, 7);
+  v->stamp(at(0x1000), 1024, 1, stream_ref{});
+  v->stamp(at(0x1400), 1024, 2, stream_ref{});  // adjacent
+  v->check(at(0x1000), 1024, 1, stream_ref{}, stream_ref{});
+  v->check(at(0x1400), 1024, 2, stream_ref{}, stream_ref{7});
   EXPECT_EQ(v->mismatched_words(), 0u);
 }
 
 TEST(shadow_verifier, a_block_stamped_over_a_live_one_takes_its_words) {
   auto v = make_shadow_verifier();
-  v->stamp(at(0x1000), 1024, 1, 0);
-  v->stamp(at(0x1100), 64, 2, 0);  // inside block 1: 16 words
-  v->check(at(0x1100), 64, 2, 0, 0);
+  v->stamp(at(0x1000), 1024, 1, stream_ref{});
+  v->stamp(at(0x1100), 64, 2, stream_ref{});  // inside block 1: 16 words
+  v->check(at(0x1100), 64, 2, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 0u);
-  v->check(at(0x1000), 1024, 1, 0, 0);
+  v->check(at(0x1000), 1024, 1, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 16u);
 }
 
 TEST(shadow_verifier, a_block_over_the_end_of_another_and_restamps_of_freed_memory) {
   auto v = make_shadow_verifier();
-  v->stamp(at(0x1000), 256, 1, 0);
-  v->stamp(at(0x10c0), 256, 2, 0);  // covers block 1's last 64 B
-  v->check(at(0x1000), 256, 1, 0, 0);
+  v->stamp(at(0x1000), 256, 1, stream_ref{});
+  v->stamp(at(0x10c0), 256, 2, stream_ref{});  // covers block 1's last 64 B
+  v->check(at(0x1000), 256, 1, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 16u);
-  v->check(at(0x10c0), 256, 2, 0, 0);
+  v->check(at(0x10c0), 256, 2, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 16u);
-  v->stamp(at(0x1000), 512, 3, 0);  // freed memory handed out again: fine
-  v->check(at(0x1000), 512, 3, 0, 0);
+  v->stamp(at(0x1000), 512, 3, stream_ref{});  // freed memory handed out again: fine
+  v->check(at(0x1000), 512, 3, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 16u);
 }
 
 TEST(shadow_verifier, only_whole_words_count) {
   auto v = make_shadow_verifier();
-  v->stamp(at(0x1000), 3, 1, 0);  // no whole word: nothing to check
-  v->check(at(0x1000), 3, 1, 0, 0);
-  v->stamp(at(0x2000), 10, 2, 0);  // 2 words
-  v->stamp(at(0x2008), 4, 3, 0);   // over block 2's 2-byte tail only
-  v->check(at(0x2000), 10, 2, 0, 0);
+  v->stamp(at(0x1000), 3, 1, stream_ref{});  // no whole word: nothing to check
+  v->check(at(0x1000), 3, 1, stream_ref{}, stream_ref{});
+  v->stamp(at(0x2000), 10, 2, stream_ref{});  // 2 words
+  v->stamp(at(0x2008), 4, 3, stream_ref{});   // over block 2's 2-byte tail only
+  v->check(at(0x2000), 10, 2, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 0u);
 }
 
 TEST(shadow_verifier, unmapped_blocks_mismatch_in_full) {
   bool mapped = true;
   auto v = make_shadow_verifier([&](const void*, std::size_t) { return mapped; });
-  v->stamp(at(0x1000), 400, 1, 0);
+  v->stamp(at(0x1000), 400, 1, stream_ref{});
   mapped = false;
-  v->check(at(0x1000), 400, 1, 0, 0);
+  v->check(at(0x1000), 400, 1, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 100u);
 }
 
 TEST(host_memory_verifier, counts_changed_words_in_real_memory) {
   std::vector<unsigned char> a(1026), b(1024);
   auto v = make_host_memory_verifier();
-  v->stamp(a.data(), a.size(), 1, 0);
-  v->stamp(b.data(), b.size(), 2, 0);
+  v->stamp(a.data(), a.size(), 1, stream_ref{});
+  v->stamp(b.data(), b.size(), 2, stream_ref{});
   EXPECT_NE(std::memcmp(a.data(), b.data(), 1024), 0);  // tags give different bytes
   a[1025] ^= 0xff;                                      // the 2-byte tail is not checked
   a[8] ^= 1;                                            // word 2
   std::memset(a.data() + 100, 0, 8);                    // words 25 and 26
-  v->check(a.data(), a.size(), 1, 0, 0);
-  v->check(b.data(), b.size(), 2, 0, 0);
+  v->check(a.data(), a.size(), 1, stream_ref{}, stream_ref{});
+  v->check(b.data(), b.size(), 2, stream_ref{}, stream_ref{});
   EXPECT_EQ(v->mismatched_words(), 3u);
-  v->check(b.data(), b.size(), 3, 0, 0);  // checked against another tag: all differ
+  v->check(b.data(), b.size(), 3, stream_ref{}, stream_ref{});  // checked against another tag: all differ
   EXPECT_EQ(v->mismatched_words(), 3u + 256u);
 }
 

@@ -92,8 +92,8 @@ TEST(Report, TimelineAndMapAreCapped) {
   r.resource = "pool";
   for (std::uint64_t i = 0; i < 20000; ++i)
     r.segment_map_at_peak.push_back({0x7f0000000000 + i * 4096, 4096,
-                                     i % 3 ? gpumem::block_info::state::live : gpumem::block_info::state::cached, i % 2, 0});
-  r.segment_map_at_peak.push_back({0x7f0000000000 + 20000 * 4096, 512 * MiB, gpumem::block_info::state::unmapped, 0, 0});
+                                     i % 3 ? gpumem::block_info::state::live : gpumem::block_info::state::cached, gpumem::stream_ref{i % 2}, 0});
+  r.segment_map_at_peak.push_back({0x7f0000000000 + 20000 * 4096, 512 * MiB, gpumem::block_info::state::unmapped, gpumem::stream_ref{}, 0});
   const auto j = blob(gpumem::report_html(t, r, gpumem::doctor_report{}));
   EXPECT_LE(j["timeline"]["row"].size(), 2000u);
   EXPECT_TRUE(j["timeline"]["reserved"].empty());

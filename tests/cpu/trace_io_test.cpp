@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "gpumem/doctor.hpp"
 #include "gpumem/trace.hpp"
 #include "support/temp_path.hpp"
 
@@ -131,6 +132,60 @@ TEST(TraceRead, ZeroByteRequestsMayReturnNull) {
   temp_file f(std::string(header) + "0,,allocate,0x0,0,0x0\n0,,allocate,0x0,0,0x0\n0,,free,0x0,0,0x0\n");
   EXPECT_EQ(gpumem::read_trace(f.path()).records.size(), 3u);
   expect_error(std::string(header) + "0,,allocate,0x0,64,0x0\n", 2, "null pointer");
+}
+
+// ---- the null pointer as RMM's logging adaptor writes it ----
+// RMM logs a failed request as `allocate failure` with a null pointer, printed by printf's %p
+// (glibc: `(nil)`) in current releases, by %llx (`0`) or by fmt (`0x0`) in earlier ones; the default
+// stream is printed through an ostream, which writes `0`.
+
+// Reads `rows` after the header and expects one failed request of `bytes` among them, on stream 0.
+void expect_failure_row(const std::string& rows, std::uint64_t bytes) {
+  temp_file f(std::string(header) + rows);
+  const auto t = gpumem::read_trace(f.path());
+  std::size_t failures = 0;
+  for (const auto& r : t.records) {
+    if (r.action != trace_action::allocate_failure) continue;
+    ++failures;
+    EXPECT_EQ(r.pointer, 0u);
+    EXPECT_EQ(r.size, bytes);
+    EXPECT_EQ(r.stream, 0u);
+  }
+  EXPECT_EQ(failures, 1u);
+  const auto report = gpumem::diagnose(t);
+  EXPECT_EQ(report.allocate_failures, 1u);
+  EXPECT_NE(report.find("alloc-failure"), nullptr);
+}
+
+TEST(TraceReadRmmNull, NilFromGlibcPrintf) {
+  expect_failure_row("139872,12:23:21.816491,allocate,0x7fb7795f8e00,256,0\n"
+                     "139872,12:23:21.816500,allocate failure,(nil),1099511627776,0\n"
+                     "139872,12:23:21.816700,free,0x7fb7795f8e00,256,0\n"
+                     "139872,12:23:21.816800,allocate,(nil),0,0x55d0c0ffee00\n"
+                     "139872,12:23:21.816900,free,(nil),0,0x55d0c0ffee00\n",
+                     std::uint64_t{1} << 40);
+}
+
+TEST(TraceReadRmmNull, BareZero) {
+  expect_failure_row("7,12:00:00.000001,allocate,0x7fb7795f8e00,4096,0\n"
+                     "7,12:00:00.000002,allocate failure,0,8589934592,0\n"
+                     "7,12:00:00.000003,free,0x7fb7795f8e00,4096,0\n"
+                     "7,12:00:00.000004,allocate,0,0,0x55d0c0ffee00\n",
+                     std::uint64_t{8} << 30);
+}
+
+TEST(TraceReadRmmNull, ZeroXZeroBesideRmmsDefaultStream) {
+  // `0x0` alone always read; a row of today's RMM names the default stream `0` beside it.
+  expect_failure_row("7,12:00:00.000001,allocate failure,0x0,4096,0\n", 4096);
+}
+
+TEST(TraceReadRmmNull, OtherSpellingsStayErrors) {
+  for (const char* bad : {"(null)", "nil", "(nil", "NULL", "00", "0x"})
+    expect_error(std::string(header) + "0,,allocate failure," + bad + ",4096,0x0\n", 2,
+                 std::string("pointer `") + bad + "` is not hex with a 0x prefix");
+  expect_error(std::string(header) + "0,,allocate,0x100,256,(nil)x\n", 2, "stream `(nil)x`");
+  // A null pointer is still no answer to a request of some bytes.
+  expect_error(std::string(header) + "0,,allocate,(nil),64,0\n", 2, "null pointer");
 }
 
 // ---- bad input, one class per test ----

@@ -52,11 +52,11 @@ TEST(TraceRoundtrip, ReplayOfVarlenInferenceThroughAdaptorReplaysTheSame) {
     std::unordered_map<std::uint64_t, void*> live;  // the original's pointer -> ours
     for (const trace_record& r : original.records) {
       if (r.action == trace_action::allocate) {
-        live[r.pointer] = traced.allocate(r.size, default_alignment, r.stream);
+        live[r.pointer] = traced.allocate(r.size, default_alignment, stream_ref{r.stream});
       } else if (r.action == trace_action::free) {
         auto it = live.find(r.pointer);
         ASSERT_NE(it, live.end());
-        traced.deallocate(it->second, r.size, default_alignment, r.stream);
+        traced.deallocate(it->second, r.size, default_alignment, stream_ref{r.stream});
         live.erase(it);
       }
     }
@@ -70,7 +70,7 @@ TEST(TraceRoundtrip, ReplayOfVarlenInferenceThroughAdaptorReplaysTheSame) {
                                     [&](const trace_record& r) {
                                       return r.action == trace_action::allocate && r.pointer == orig;
                                     });
-      sp.p.deallocate(p, rec->size, default_alignment, rec->stream);
+      sp.p.deallocate(p, rec->size, default_alignment, stream_ref{rec->stream});
     }
   }
 
@@ -157,9 +157,9 @@ TEST(TraceRoundtrip, OutOfMemoryIsRecordedAsAllocateFailureAndRethrown) {
   std::ostringstream out;
   {
     trace_adaptor<pool> traced(p, out, {.buffer_bytes = 0});
-    void* ok = traced.allocate(4096, default_alignment, 7);
-    EXPECT_THROW(traced.allocate(std::size_t{64} << 20, default_alignment, 7), out_of_memory);
-    traced.deallocate(ok, 4096, default_alignment, 7);
+    void* ok = traced.allocate(4096, default_alignment, stream_ref{7});
+    EXPECT_THROW(traced.allocate(std::size_t{64} << 20, default_alignment, stream_ref{7}), out_of_memory);
+    traced.deallocate(ok, 4096, default_alignment, stream_ref{7});
   }
   std::istringstream in(out.str());
   const trace t = parse_trace(in, "oom");

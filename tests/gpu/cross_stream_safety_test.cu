@@ -75,7 +75,7 @@ struct gpumem_settling_policy : gpumem_policy {
   }
 };
 
-stream_ref ref(cudaStream_t s) { return reinterpret_cast<stream_ref>(s); }
+stream_ref ref(cudaStream_t s) { return stream_ref{s}; }
 
 long long cycles_for_ms(double ms) {
   int khz = 0;

@@ -46,7 +46,7 @@ class guard_gpu_test : public ::testing::Test {
     if (previous_) gpumem::set_misuse_handler(previous_);
     if (stream_) cudaStreamDestroy(stream_);
   }
-  gpumem::stream_ref s() const { return reinterpret_cast<gpumem::stream_ref>(stream_); }
+  gpumem::stream_ref s() const { return gpumem::stream_ref{stream_}; }
 
   cuda_malloc_resource upstream_;
   gpumem::guard_options opts_;

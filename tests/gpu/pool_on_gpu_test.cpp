@@ -50,7 +50,7 @@ TYPED_TEST(PoolOnGpu, ManySizesAndAlignmentsAreRealAndAligned) {
   unsigned char next = 1;
   for (std::size_t align = 256; align <= (std::size_t{2} << 20); align *= 8) {
     for (std::size_t bytes : sizes) {
-      void* p = this->pool_->allocate(bytes, align, 0);
+      void* p = this->pool_->allocate(bytes, align, stream_ref{});
       ASSERT_NE(p, nullptr);
       ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << bytes << " B aligned " << align;
       GPUMEM_EXPECT_CUDA(cudaMemset(p, next, bytes));
@@ -66,7 +66,7 @@ TYPED_TEST(PoolOnGpu, ManySizesAndAlignmentsAreRealAndAligned) {
     EXPECT_EQ(last, b.byte);
   }
   this->pool_->check_invariants();
-  for (const live& b : blocks) this->pool_->deallocate(b.p, b.bytes, b.align, 0);
+  for (const live& b : blocks) this->pool_->deallocate(b.p, b.bytes, b.align, stream_ref{});
   const pool_stats st = this->pool_->stats();
   EXPECT_EQ(st.live_bytes, 0u);
   EXPECT_EQ(st.allocations, blocks.size());
@@ -111,8 +111,8 @@ TYPED_TEST(PoolOnGpu, SameStreamReuseIsImmediate) {
 
 TYPED_TEST(PoolOnGpu, TrimGivesMemoryBack) {
   const std::size_t bytes = std::size_t{32} << 20;
-  void* p = this->pool_->allocate(bytes, default_alignment, 0);
-  this->pool_->deallocate(p, bytes, default_alignment, 0);
+  void* p = this->pool_->allocate(bytes, default_alignment, stream_ref{});
+  this->pool_->deallocate(p, bytes, default_alignment, stream_ref{});
   EXPECT_GE(this->pool_->stats().reserved_bytes, bytes);
   this->pool_->trim();
   EXPECT_LT(this->pool_->stats().reserved_bytes, bytes);
@@ -122,7 +122,7 @@ TYPED_TEST(PoolOnGpu, AbsurdRequestThrowsOutOfMemoryWithReport) {
   const std::size_t capacity = this->up_->capacity_bytes();
   ASSERT_GT(capacity, 0u);
   try {
-    (void)this->pool_->allocate(capacity * 2, default_alignment, 0);
+    (void)this->pool_->allocate(capacity * 2, default_alignment, stream_ref{});
     FAIL() << "allocating twice the device's memory succeeded";
   } catch (const out_of_memory& e) {
     EXPECT_EQ(e.report().requested_bytes, capacity * 2);
@@ -140,7 +140,7 @@ TYPED_TEST(PoolOnGpu, InitialReserveIsRealMemoryThatServesWithoutGrowth) {
   const pool_stats start = p.stats();
   EXPECT_GE(start.reserved_bytes, po.initial_reserve_bytes);
   stream_holder a;
-  const stream_ref streams[2] = {0, from_cuda_stream(a.s)};
+  const stream_ref streams[2] = {stream_ref{}, from_cuda_stream(a.s)};
   std::vector<void*> held;
   for (int i = 0; i < 8; ++i) {
     void* q = p.allocate(std::size_t{10} << 20, default_alignment, streams[i % 2]);

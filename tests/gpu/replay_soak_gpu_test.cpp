@@ -101,7 +101,7 @@ std::uint64_t scribbled = 0;
 std::unique_ptr<replay_target> make_scribbling_gpu_target() {
   return std::make_unique<scribbling_replay_target>(
       make_inner_target("gpu-pool"), 10, [](void* p, std::size_t bytes, stream_ref s) {
-        EXPECT_EQ(cudaMemsetAsync(p, 0xA5, bytes, reinterpret_cast<cudaStream_t>(s)), cudaSuccess);
+        EXPECT_EQ(cudaMemsetAsync(p, 0xA5, bytes, s.get()), cudaSuccess);
         ++scribbled;
       });
 }

@@ -165,6 +165,11 @@ TEST(GpuPool, ServesThroughBothInterfaces) {
   void* b = p.allocate_async(1000, 256, ::cuda::stream_ref{s.s});
   GPUMEM_EXPECT_CUDA(cudaMemsetAsync(a, 1, std::size_t{3} << 20, s.s));
   GPUMEM_EXPECT_CUDA(cudaMemsetAsync(b, 2, 1000, s.s));
+  // (bytes, stream) with the cudaStream_t itself, and a CCCL stream_ref brought across.
+  void* c = p.allocate(2000, s.s);
+  GPUMEM_EXPECT_CUDA(cudaMemsetAsync(c, 3, 2000, s.s));
+  p.deallocate(c, 2000, cccl::to_stream_ref(::cuda::stream_ref{s.s}));
+  EXPECT_EQ(cccl::to_cuda_stream_ref(from_cuda_stream(s.s)).get(), s.s);
   p.deallocate_async(b, 1000, 256, ::cuda::stream_ref{s.s});
   p.deallocate(a, std::size_t{3} << 20, 4096, from_cuda_stream(s.s));
   GPUMEM_EXPECT_CUDA(cudaStreamSynchronize(s.s));

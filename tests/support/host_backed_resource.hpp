@@ -21,9 +21,9 @@ class host_backed_resource {
   host_backed_resource(const host_backed_resource&) = delete;
   host_backed_resource& operator=(const host_backed_resource&) = delete;
 
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
 
   std::size_t live_bytes() const;
   std::size_t live_count() const;

@@ -176,7 +176,7 @@ void pool_model::on_memory_gone(std::uintptr_t a, std::size_t n, const char* how
     for (const auto& [t, c] : f->second.marks)
       if (!spy_->safe_for_all(t, c))
         violations_.push_back(fmt::format("{} of [{:#x}, +{}) while {:#x} freed on stream {:#x} may still be in use there",
-                                          how, a, n, f->first, t));
+                                          how, a, n, f->first, t.value()));
 }
 
 std::vector<std::string> pool_model::violations() const {
@@ -219,7 +219,7 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
         if (!spy_->safe(t, c, s))
           throw model_error(fmt::format("{:#x} ({} B) handed to stream {:#x} is the memory at {:#x}, freed on stream {:#x} "
                                         "(after event {}) and maybe still in use there",
-                                        a, bytes, s, f->first, t, c));
+                                        a, bytes, s.value(), f->first, t.value(), c));
       f->second.passed_on = true;
     }
   }
@@ -242,7 +242,7 @@ void pool_model::on_allocate(const void* ptr, std::size_t bytes, std::size_t ali
           throw model_error(fmt::format(
               "{:#x} ({} B) handed to stream {:#x} while memory at {:#x} freed on stream {:#x} (after event {}) may still "
               "be in use there: no later event on that stream is known complete",
-              a, bytes, s, f->first, t, c));
+              a, bytes, s.value(), f->first, t.value(), c));
     }
     if (f->first < a) keep.push_back({f->first, freed{a, f->second.marks, f->second.passed_on}});
     if (f->second.end > end) keep.push_back({end, freed{f->second.end, f->second.marks, f->second.passed_on}});
@@ -424,7 +424,7 @@ void sim_pool_rig::deallocate(void* ptr, stream_ref s) {
 }
 
 void sim_pool_rig::free_all_and_trim(stream_ref s) {
-  for (auto& [a, b] : model->live_blocks()) deallocate(reinterpret_cast<void*>(a), s == 0 ? b.stream : s);
+  for (auto& [a, b] : model->live_blocks()) deallocate(reinterpret_cast<void*>(a), s == stream_ref{} ? b.stream : s);
   p->trim();
   model->check_full();
 }
@@ -432,10 +432,10 @@ void sim_pool_rig::free_all_and_trim(stream_ref s) {
 pool_stats stats_after_idle_hole(const sim_options& so, const pool_options& po, std::size_t hole, std::size_t bound,
                                  std::size_t request) {
   sim_pool_rig r(so, po);
-  void* a = r.allocate(hole, default_alignment, 0);
-  r.allocate(bound, default_alignment, 0);
-  r.deallocate(a, 0);
-  r.allocate(request, default_alignment, 0);
+  void* a = r.allocate(hole, default_alignment, stream_ref{});
+  r.allocate(bound, default_alignment, stream_ref{});
+  r.deallocate(a, stream_ref{});
+  r.allocate(request, default_alignment, stream_ref{});
   r.model->check_full();
   const pool_stats st = r.p->stats();
   r.free_all_and_trim();

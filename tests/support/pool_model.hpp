@@ -106,7 +106,7 @@ class spy_upstream final : public upstream {
 struct shadow_block {
   std::size_t bytes = 0;
   std::size_t alignment = 0;
-  stream_ref stream = 0;
+  stream_ref stream = {};
   std::vector<stream_ref> used_on;
 };
 
@@ -232,7 +232,7 @@ struct sim_pool_rig {
   void* allocate(std::size_t bytes, std::size_t alignment, stream_ref s);
   void deallocate(void* ptr, stream_ref s);
   // Frees every live block, trims, and checks the device holds nothing.
-  void free_all_and_trim(stream_ref s_for_free = 0);
+  void free_all_and_trim(stream_ref s_for_free = {});
 };
 
 // An idle hole on stream 0: `hole` bytes, then `bound` bytes above them, the first freed (with

@@ -51,7 +51,7 @@ struct scribbling_replay_target : wrapped_replay_target {
   std::uint64_t count = 0;
   void* last = nullptr;
   std::size_t last_bytes = 0;
-  stream_ref last_stream = 0;
+  stream_ref last_stream = {};
 };
 
 // The target `replay` makes for `resource`, with the rest of `base`.

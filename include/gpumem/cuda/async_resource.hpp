@@ -17,9 +17,9 @@ class async_resource {
   explicit async_resource(async_pool_options opts = {});
   // Stream-ordered: usable by work enqueued on `s` after the call. Throws std::invalid_argument
   // (alignment above 256 B or not a power of two), out_of_memory, cuda_error.
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
 
   async_pool& memory_pool() const noexcept { return *pool_; }
   void trim(std::size_t keep_bytes = 0) { pool_->trim(keep_bytes); }

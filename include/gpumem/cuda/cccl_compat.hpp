@@ -36,9 +36,10 @@ concept async_resource_with = ::cuda::mr::async_resource_with<R, Properties...>;
 template <class R, class... Properties>
 concept resource_with = ::cuda::mr::resource_with<R, Properties...>;
 
-// A CCCL stream as gpumem's opaque stream identity (the cudaStream_t's value; 0 = default).
-inline gpumem::stream_ref to_stream_ref(::cuda::stream_ref s) noexcept {
-  return reinterpret_cast<gpumem::stream_ref>(s.get());
+// A CCCL stream as gpumem's opaque stream identity (the cudaStream_t's value; 0 = default), and back.
+inline gpumem::stream_ref to_stream_ref(::cuda::stream_ref s) noexcept { return gpumem::stream_ref{s.get()}; }
+inline ::cuda::stream_ref to_cuda_stream_ref(gpumem::stream_ref s) noexcept {
+  return ::cuda::stream_ref{s.get()};
 }
 
 }  // namespace gpumem::cccl

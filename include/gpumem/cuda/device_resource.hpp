@@ -16,9 +16,9 @@ class device_resource {
   explicit device_resource(int device = -1);  // -1: the device current at construction
   // Throws std::invalid_argument (alignment not a power of two, or above the 256 B cudaMalloc
   // guarantees), out_of_memory (cudaErrorMemoryAllocation), cuda_error (anything else).
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
   int device() const noexcept { return device_; }
   bool operator==(const device_resource& o) const noexcept { return device_ == o.device_; }
 

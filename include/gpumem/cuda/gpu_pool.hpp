@@ -30,12 +30,16 @@ class gpu_pool {
   // Same contract as gpumem::pool::allocate / deallocate. Inline, through pool_: a call made here
   // goes straight to the pool's common path, without a call of its own or the two loads through
   // state_ that came before the pool's own work (bench/RESULTS.md, session 23).
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0) {
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {}) {
     return pool_->allocate(bytes, alignment, s);
   }
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept {
+                  stream_ref s = {}) noexcept {
     pool_->deallocate(p, bytes, alignment, s);
+  }
+  void* allocate(std::size_t bytes, stream_ref s) { return pool_->allocate(bytes, default_alignment, s); }
+  void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept {
+    pool_->deallocate(p, bytes, default_alignment, s);
   }
 
   gpumem::pool& pool() const noexcept { return *pool_; }

@@ -17,9 +17,9 @@ class managed_resource {
  public:
   // Throws std::invalid_argument (alignment above 256 B), out_of_memory, cuda_error. The stream is
   // ignored: managed memory is usable everywhere once allocated.
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
   bool operator==(const managed_resource&) const noexcept { return true; }
 
   GPUMEM_CCCL_MEMBERS(managed_resource)

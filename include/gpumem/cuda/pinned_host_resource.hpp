@@ -20,9 +20,9 @@ class pinned_host_resource {
   explicit pinned_host_resource(std::size_t cap_bytes = default_pinned_cap_bytes());
   // Throws std::invalid_argument (alignment above the 4 KiB page cudaMallocHost guarantees),
   // out_of_memory (cap reached, or cudaMallocHost refused), cuda_error.
-  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = 0);
+  void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {});
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = default_alignment,
-                  stream_ref s = 0) noexcept;
+                  stream_ref s = {}) noexcept;
   std::size_t cap_bytes() const noexcept { return cap_; }
   void set_cap_bytes(std::size_t cap) noexcept { cap_ = cap; }
   bool operator==(const pinned_host_resource& o) const noexcept { return cap_ == o.cap_; }

@@ -125,7 +125,7 @@ class cuda_ordering final : public ordering {
   std::atomic<std::size_t> created_{0};
 };
 
-inline cudaStream_t to_cuda_stream(stream_ref s) noexcept { return reinterpret_cast<cudaStream_t>(s); }
-inline stream_ref from_cuda_stream(cudaStream_t s) noexcept { return reinterpret_cast<stream_ref>(s); }
+inline cudaStream_t to_cuda_stream(stream_ref s) noexcept { return s.get(); }
+inline stream_ref from_cuda_stream(cudaStream_t s) noexcept { return stream_ref{s}; }
 
 }  // namespace gpumem
