@@ -123,10 +123,18 @@ void apply_config(std::string_view text, gpumem::gpu_pool_options& o, std::strin
   trace_path = next_trace;
 }
 
-// Caller holds reg().mutex. GPUMEM_CONFIG, once; a bad one is kept as env_error.
+// Caller holds reg().mutex. GPUMEM_CONFIG, once; a bad one is kept as env_error. The variables it
+// replaced are refused rather than ignored, so a job that still sets them learns where they went.
 void read_env_once(registry& r) {
   if (r.env_read) return;
   r.env_read = true;
+  for (auto [variable, key] : {std::pair{"GPUMEM_RELEASE_THRESHOLD", "release_threshold_bytes"},
+                                std::pair{"GPUMEM_MAX_RESERVED", "max_reserved_bytes"}}) {
+    if (std::getenv(variable) != nullptr) {
+      r.env_error = std::string(variable) + " is not read: set GPUMEM_CONFIG=" + key + "=VALUE instead";
+      return;
+    }
+  }
   if (const char* v = std::getenv("GPUMEM_CONFIG")) {
     try {
       apply_config(v, r.options, r.trace_path, "GPUMEM_CONFIG");

@@ -123,6 +123,22 @@ TEST(TorchAdaptorConfigDeathTest, BadGpumemConfigStopsThePoolWithTheReasonOnStde
       testing::ExitedWithCode(0), "gpumem: the pool does not start: GPUMEM_CONFIG: unknown key 'bogus'");
   std::filesystem::remove(copy);
 }
+
+// The variables GPUMEM_CONFIG replaced are refused, saying where their option went.
+TEST(TorchAdaptorConfigDeathTest, RemovedVariablesAreRefusedNamingTheirKey) {
+  const std::string copy = fresh_copy("removed");
+  EXPECT_EXIT(
+      {
+        unsetenv("GPUMEM_CONFIG");
+        setenv("GPUMEM_MAX_RESERVED", "1G", 1);
+        adaptor a(copy.c_str());
+        if (!a.alloc_nothrow || a.configure("") != -2) std::_Exit(3);
+        if (a.alloc_nothrow(256, -1, nullptr) != nullptr) std::_Exit(4);
+        std::_Exit(0);
+      },
+      testing::ExitedWithCode(0), "GPUMEM_MAX_RESERVED is not read: set GPUMEM_CONFIG=max_reserved_bytes=VALUE");
+  std::filesystem::remove(copy);
+}
 #else
 TEST(TorchAdaptorConfig, EveryPoolOptionKeyIsTakenAndBadValuesAreRefusedByName) {
   GTEST_SKIP() << "libgpumem_torch.so is not built here (no CUDA toolkit, or a sanitizer build)";
