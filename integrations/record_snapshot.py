@@ -6,7 +6,7 @@
 Writes OUT_DIR/snapshot.pickle (``torch.cuda.memory._dump_snapshot``) and OUT_DIR/torch_figures.json
 (``max_memory_allocated`` and friends). History recording starts before the first CUDA allocation,
 so every block the job ever allocates is in the snapshot: the snapshot converted with
-``torch_snapshot_to_csv.py`` and replayed through ``gpumem replay --resource exact`` must then peak at
+``gpumem-snapshot-to-csv`` (gpumem.snapshot_to_csv) and replayed through ``gpumem replay --resource exact`` must then peak at
 exactly PyTorch's peak of requested bytes (``memory_stats()["requested_bytes.all.peak"]``): the
 snapshot's alloc entries carry the size the caller asked for. ``max_memory_allocated`` counts the
 caching allocator's rounded block sizes and is a little higher.

@@ -3,10 +3,11 @@
 // and for CuPy / ctypes (integrations/python/gpumem).
 //
 // One gpu_pool per device, created on first use with that device current. Options come from
-// gpumem_configure() (before first use) on top of the environment, read once:
-//   GPUMEM_RELEASE_THRESHOLD  pool_options::release_threshold_bytes (bytes; K/M/G/T suffixes; "max")
-//   GPUMEM_MAX_RESERVED       pool_options::max_reserved_bytes
-//   GPUMEM_CONFIG             the same "key=value,..." string gpumem_configure() takes
+// gpumem_configure() (before first use) on top of GPUMEM_CONFIG, read once: the same
+// "key=value,..." text gpumem_configure() takes, parsed by gpumem::parse_pool_config. Every option
+// left unset keeps the library's default. A bad GPUMEM_CONFIG, or a gpumem_configure() call that
+// was refused and not followed by a good one, stops the pools from starting: the first allocation
+// fails with the reason, also said once on stderr.
 // The key trace=PATH (no comma in it; "{pid}" becomes the process id) records every request the
 // entry points serve as a trace in RMM's log CSV — what `gpumem replay`, `doctor` and `report`
 // read — so a job's own allocations can be replayed and diagnosed without a GPU.
@@ -36,6 +37,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -67,22 +69,12 @@ class alloc_failed : public std::bad_alloc {
   std::string message_;
 };
 
-// PyTorch's and CuPy's default: idle_budget 0.05. Their jobs change shapes from step to step
-// (batch, sequence length), and a pool kept at the tightest reserve remaps granules (16-28 µs each on
-// an H200) on every such step; keeping up to 5% of live memory idle stopped that on the H200
-// (bench/RESULTS.md, 2026-12-02 session 3: granules remapped per training step, resnet50 50-83 ->
-// ~1, gpt2 72 -> 4, llama 0.5 -> 0; resnet50's peak reserved 1.03-1.05x -> 1.06-1.07x of peak
-// allocated). The library's own default stays 0, the tightest.
-gpumem::gpu_pool_options default_options() {
-  gpumem::gpu_pool_options o;
-  o.pool.idle_budget = 0.05;
-  return o;
-}
-
 struct registry {
   std::mutex mutex;
-  gpumem::gpu_pool_options options = default_options();
+  gpumem::gpu_pool_options options;
   bool env_read = false;
+  std::string env_error;        // GPUMEM_CONFIG was refused: no pool starts
+  std::string configure_error;  // the last gpumem_configure() was refused: no pool starts until a good one
   bool used = false;   // a pool exists: options are frozen
   // Pools are created once and never destroyed: PyTorch and CuPy free tensors during interpreter
   // shutdown, after static destructors may have run, and the CUDA runtime may already be gone.
@@ -104,75 +96,65 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-std::string_view trim_view(std::string_view s) {
-  const char* ws = " \t\r\n\"'{}";
-  const auto b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  const auto e = s.find_last_not_of(ws);
-  return s.substr(b, e - b + 1);
-}
-
-// Applies "key=value,key=value" (or a flat JSON object: {"key": value, ...}) to `o`.
-// Returns an empty string, or what was wrong.
-std::string apply_config(std::string_view text, gpumem::gpu_pool_options& o, std::string& trace_path) {
+// Applies a GPUMEM_CONFIG text to `o` and `trace_path`, all or nothing. Throws
+// std::invalid_argument naming the first bad key or value, its text starting with `source`.
+void apply_config(std::string_view text, gpumem::gpu_pool_options& o, std::string& trace_path,
+                  std::string_view source) {
   gpumem::gpu_pool_options next = o;
   std::string next_trace = trace_path;
-  while (!text.empty()) {
-    const auto comma = text.find_first_of(",;");
-    std::string_view item = text.substr(0, comma);
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
-    item = trim_view(item);
-    if (item.empty()) continue;
-    const auto sep = item.find_first_of("=:");
-    if (sep == std::string_view::npos) return "gpumem_configure: '" + std::string(item) + "' has no value";
-    const std::string key = lower(trim_view(item.substr(0, sep)));
-    const std::string_view value = trim_view(item.substr(sep + 1));
-    std::string err;
-    if (const gpumem::pool_option_spec* spec = gpumem::find_pool_option(key)) {
-      try {
-        gpumem::set_pool_option(next.pool, *spec, value);
-      } catch (const std::invalid_argument& e) {
-        err = std::string("gpumem_configure: ") + e.what();
-      }
-    } else if (key == "trace") {
-      next_trace = std::string(value);
-      if (next_trace.empty()) err = "gpumem_configure: trace: a file path is needed";
-    } else if (key == "upstream") {
-      const std::string v = lower(value);
-      if (v == "vmm") next.upstream = gpumem::gpu_upstream_kind::vmm;
-      else if (v == "device") next.upstream = gpumem::gpu_upstream_kind::device;
-      else if (v == "async") next.upstream = gpumem::gpu_upstream_kind::async;
-      else err = "gpumem_configure: upstream must be vmm, device or async, not '" + v + "'";
-    } else {
-      err = "gpumem_configure: unknown key '" + key + "'";
-    }
-    if (!err.empty()) return err;
-  }
+  const gpumem::pool_config_key extra[] = {
+      {"upstream", "vmm, device or async",
+       [&](std::string_view v) {
+         const std::string l = lower(v);
+         if (l == "vmm") next.upstream = gpumem::gpu_upstream_kind::vmm;
+         else if (l == "device") next.upstream = gpumem::gpu_upstream_kind::device;
+         else if (l == "async") next.upstream = gpumem::gpu_upstream_kind::async;
+         else return false;
+         return true;
+       }},
+      {"trace", "a file path",
+       [&](std::string_view v) {
+         next_trace = std::string(v);
+         return !v.empty();
+       }},
+  };
+  gpumem::parse_pool_config(text, next.pool, extra, source);
   o = next;
   trace_path = next_trace;
-  return {};
 }
 
-// Caller holds reg().mutex.
+// Caller holds reg().mutex. GPUMEM_CONFIG, once; a bad one is kept as env_error. The variables it
+// replaced are refused rather than ignored, so a job that still sets them learns where they went.
 void read_env_once(registry& r) {
   if (r.env_read) return;
   r.env_read = true;
-  // A malformed variable is ignored rather than fatal (there is no one to tell at this point);
-  // gpumem_last_error() says so.
-  if (const char* v = std::getenv("GPUMEM_CONFIG")) {
-    if (auto err = apply_config(v, r.options, r.trace_path); !err.empty())
-      last_error = "GPUMEM_CONFIG: " + err;
-  }
   for (auto [variable, key] : {std::pair{"GPUMEM_RELEASE_THRESHOLD", "release_threshold_bytes"},
                                 std::pair{"GPUMEM_MAX_RESERVED", "max_reserved_bytes"}}) {
-    if (const char* v = std::getenv(variable)) {
-      try {
-        gpumem::set_pool_option(r.options.pool, *gpumem::find_pool_option(key), v);
-      } catch (const std::invalid_argument& e) {
-        last_error = std::string(variable) + ": " + e.what();
-      }
+    if (std::getenv(variable) != nullptr) {
+      r.env_error = std::string(variable) + " is not read: set GPUMEM_CONFIG=" + key + "=VALUE instead";
+      return;
     }
   }
+  if (const char* v = std::getenv("GPUMEM_CONFIG")) {
+    try {
+      apply_config(v, r.options, r.trace_path, "GPUMEM_CONFIG");
+    } catch (const std::invalid_argument& e) {
+      r.env_error = e.what();
+    }
+  }
+}
+
+// Caller holds r.mutex: throws when the configuration was refused, saying why on stderr the first
+// time (PyTorch's own message for a failed allocation may not carry ours).
+void check_configuration(registry& r) {
+  const std::string& why = !r.env_error.empty() ? r.env_error : r.configure_error;
+  if (why.empty()) return;
+  static bool said = false;
+  if (!said) {
+    said = true;
+    std::fprintf(stderr, "gpumem: the pool does not start: %s\n", why.c_str());
+  }
+  throw std::invalid_argument("gpumem: the pool does not start: " + why);
 }
 
 // Makes `device` current for the scope when it is not already (PyTorch usually calls with its
@@ -228,6 +210,7 @@ gpumem::gpu_pool& pool_for(int device) {
   std::lock_guard lock(r.mutex);
   if (auto* p = r.pools[device].load(std::memory_order_relaxed)) return *p;
   read_env_once(r);
+  check_configuration(r);
   if (!r.trace_path.empty() && !r.trace.load(std::memory_order_relaxed)) open_trace(r);
   gpumem::gpu_pool_options o = r.options;
   o.device = device;
@@ -334,17 +317,13 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
   p->deallocate(ptr, static_cast<std::size_t>(size), gpumem::default_alignment, to_ref(stream));
 }
 
-// Options for the pools not yet created: "key=value,..." or a flat JSON object. Keys:
-// release_threshold_bytes, max_reserved_bytes, small_max_bytes, min_segment_bytes,
-// address_range_bytes, front_cache_bytes, max_handle_bytes, initial_reserve_bytes (sizes: bytes, K/M/G/T suffix, or
-// "max"), front_cache,
-// zero_on_free (0/1), grow_before_reclaim (0/1), front_cache_grow_fraction (>= 0),
-// front_cache_peak_fraction (>= 0), front_cache_reserve_headroom (>= 0), reclaim_own_first (0/1), wait_before_grow (0/1),
-// remap_time_budget (a fraction of wall time, 0 to 1), idle_budget (a fraction >= 0; 0.05 here by
-// default, see default_options), reserve_ceiling (0: none, else a multiple of peak live >= 1),
-// upstream (vmm|device|async), trace (a file path: every request recorded, see the top of this
-// file). Returns 0; -1 if a pool already exists (nothing
-// changed); -2 if the text is wrong (nothing changed). Details in gpumem_last_error().
+// Options for the pools not yet created: "key=value,..." or a flat JSON object, on top of
+// GPUMEM_CONFIG. Keys: every pool_options field of include/gpumem/pool_option_table.hpp (by name
+// or alias), upstream (vmm|device|async) and trace (a file path: every request recorded, see the
+// top of this file); options not given keep the library's defaults. Returns 0; -1 if a pool
+// already exists (nothing changed); -2 if the text or GPUMEM_CONFIG is wrong (nothing changed, and
+// no pool starts until a call that succeeds; GPUMEM_CONFIG's error stays). Details in
+// gpumem_last_error(): the first bad key or value, by name.
 __attribute__((visibility("default"))) int gpumem_configure(const char* config) noexcept {
   try {
     registry& r = reg();
@@ -354,11 +333,17 @@ __attribute__((visibility("default"))) int gpumem_configure(const char* config) 
       return -1;
     }
     read_env_once(r);
-    if (config == nullptr) return 0;
-    if (auto err = apply_config(config, r.options, r.trace_path); !err.empty()) {
-      last_error = err;
+    if (!r.env_error.empty()) {
+      last_error = r.env_error;
       return -2;
     }
+    try {
+      apply_config(config == nullptr ? "" : config, r.options, r.trace_path, "gpumem_configure");
+    } catch (const std::invalid_argument& e) {
+      r.configure_error = last_error = e.what();
+      return -2;
+    }
+    r.configure_error.clear();
     return 0;
   } catch (const std::exception& e) {
     last_error = e.what();
@@ -366,14 +351,15 @@ __attribute__((visibility("default"))) int gpumem_configure(const char* config) 
   }
 }
 
-// out[n] (n <= 19) = the six of gpumem_stats, then: upstream allocations, granules mapped,
+// out[n] (n <= 22) = the six of gpumem_stats, then: upstream allocations, granules mapped,
 // granules unmapped, map calls, unmap calls, events recorded, front-cache hits, failed allocations,
-// remap ns, remaps deferred, granules moved in stream order, and the granules the driver really
-// mapped and unmapped (the pool's moves less what kept mappings saved).
+// remap ns, remaps deferred, granules moved in stream order, the granules the driver really
+// mapped and unmapped (the pool's moves less what kept mappings saved), upstream releases, cached
+// bytes (reserved less live and its rounding) and the largest free mapped block.
 // Returns how many it wrote, or -1 on error. Zeros for a device with no pool yet.
 __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint64_t* out, int n) noexcept {
   try {
-    constexpr int fields = 19;
+    constexpr int fields = 22;
     if (out == nullptr || n < 0) return -1;
     n = n < fields ? n : fields;
     std::uint64_t all[fields] = {};
@@ -383,7 +369,8 @@ __attribute__((visibility("default"))) int gpumem_stats_ex(int device, std::uint
                                        s.allocations,    s.deallocations,   s.upstream_calls, s.maps,
                                        s.unmaps,         s.map_calls,       s.unmap_calls,    s.events_recorded,
                                        s.front_hits,     s.failed_allocations, s.remap_ns,     s.remaps_deferred,
-                                       s.stream_ordered_moves, s.driver_maps, s.driver_unmaps};
+                                       s.stream_ordered_moves, s.driver_maps, s.driver_unmaps, s.upstream_releases,
+                                       s.cached_bytes,   s.largest_free_block_bytes};
       std::copy(v, v + fields, all);
     }
     std::copy(all, all + n, out);

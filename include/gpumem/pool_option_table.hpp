@@ -12,6 +12,7 @@
 //   kind      how the value is written: bytes (a count with an optional K/M/G/T suffix, or max),
 //             flag (0/1, true/false, on/off, yes/no) or number (a real number in a stated range).
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,21 @@ enum class pool_option_source { config, command_line };
 // and saying why (not a size, not 0/1, out of range); `o` is then unchanged.
 void set_pool_option(pool_options& o, const pool_option_spec& spec, std::string_view text,
                      pool_option_source from = pool_option_source::config);
+// A key a GPUMEM_CONFIG text may hold besides pool_options' fields (the PyTorch / CuPy adaptor's
+// `upstream` and `trace`): `set` takes the value and returns false when it is not `expects`.
+struct pool_config_key {
+  std::string_view name;
+  std::string_view expects;  // for errors: "vmm, device or async"
+  std::function<bool(std::string_view)> set;
+};
+// Applies a GPUMEM_CONFIG text to `o` and to `extra`'s setters: "key=value,key=value" (';' also
+// separates, ':' also assigns, so a flat JSON object reads the same; keys in any case; no comma in
+// a value). Throws std::invalid_argument for the first bad item, its text starting with `source`:
+//   "GPUMEM_CONFIG: unknown key 'bogus' (known: small_max_bytes, ...)"
+//   "GPUMEM_CONFIG: bad value 'lots' for key 'max_handle_bytes': expected a byte size (...)"
+// `o` is then unchanged; `extra`'s setters may have taken the items before the bad one.
+void parse_pool_config(std::string_view text, pool_options& o, std::span<const pool_config_key> extra = {},
+                       std::string_view source = "GPUMEM_CONFIG");
 // The CLI11 names of `spec`'s flag: "--idle-budget", "--initial-reserve-bytes,--initial-reserve",
 // "--front-cache,!--no-front-cache", "--remap-cost-us".
 std::string pool_option_cli_names(const pool_option_spec& spec);

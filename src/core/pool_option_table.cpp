@@ -235,6 +235,57 @@ void set_pool_option(pool_options& o, const pool_option_spec& spec, std::string_
   }
 }
 
+void parse_pool_config(std::string_view text, pool_options& o, std::span<const pool_config_key> extra,
+                       std::string_view source) {
+  // JSON's quotes and braces are trimmed with the blanks: {"idle_budget": 0.1} reads as idle_budget=0.1.
+  auto strip = [](std::string_view s) {
+    const auto b = s.find_first_not_of(" \t\r\n\"'{}");
+    if (b == std::string_view::npos) return std::string_view{};
+    return s.substr(b, s.find_last_not_of(" \t\r\n\"'{}") - b + 1);
+  };
+  auto known = [&] {
+    std::string names;
+    for (const auto& s : specs) names += fmt::format("{}{}{}{}", names.empty() ? "" : ", ", s.name,
+                                                     s.alias.empty() ? "" : "/", s.alias);
+    for (const auto& k : extra) names += fmt::format(", {}", k.name);
+    return names;
+  };
+  auto expected = [](const pool_option_spec& s) -> std::string {
+    if (std::holds_alternative<std::size_t P::*>(s.field))
+      return "a byte size (a count with an optional K, M, G or T suffix, or max)";
+    if (std::holds_alternative<bool P::*>(s.field)) return "a flag (0/1, true/false, on/off or yes/no)";
+    return std::string(s.requirement);
+  };
+  pool_options next = o;
+  while (!text.empty()) {
+    const auto end = text.find_first_of(",;");
+    const std::string_view item = strip(text.substr(0, end));
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    if (item.empty()) continue;
+    const auto eq = item.find_first_of("=:");
+    const std::string key = lowered(strip(item.substr(0, eq)));
+    if (eq == std::string_view::npos)
+      throw std::invalid_argument(fmt::format("{}: '{}' has no value (key=value)", source, item));
+    const std::string_view value = strip(item.substr(eq + 1));
+    if (const pool_option_spec* spec = find_pool_option(key)) {
+      try {
+        set_pool_option(next, *spec, value);
+      } catch (const std::invalid_argument&) {
+        throw std::invalid_argument(
+            fmt::format("{}: bad value '{}' for key '{}': expected {}", source, value, key, expected(*spec)));
+      }
+      continue;
+    }
+    const auto k = std::find_if(extra.begin(), extra.end(), [&](const pool_config_key& x) { return x.name == key; });
+    if (k == extra.end())
+      throw std::invalid_argument(fmt::format("{}: unknown key '{}' (known: {})", source, key, known()));
+    if (!k->set(value))
+      throw std::invalid_argument(
+          fmt::format("{}: bad value '{}' for key '{}': expected {}", source, value, key, k->expects));
+  }
+  o = next;
+}
+
 std::string pool_option_cli_names(const pool_option_spec& spec) {
   if (!spec.cli_name.empty()) return std::string(spec.cli_name);
   auto dashed = [](std::string_view s) {

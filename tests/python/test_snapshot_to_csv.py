@@ -1,4 +1,5 @@
-"""Tests for integrations/torch_snapshot_to_csv.py on synthetic snapshots (standard library only).
+"""Tests for gpumem.snapshot_to_csv (integrations/python/gpumem/snapshot_to_csv.py, the console
+script gpumem-snapshot-to-csv) on synthetic snapshots (standard library only).
 
 The snapshots are built by hand with the structure torch.cuda.memory._dump_snapshot() writes (a
 pickled dict with `segments` and `device_traces`). With the environment variable GPUMEM_CLI set to
@@ -14,8 +15,8 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "integrations", "torch_snapshot_to_csv.py")
-_spec = importlib.util.spec_from_file_location("torch_snapshot_to_csv", SCRIPT)
+SCRIPT = os.path.join(HERE, "..", "..", "integrations", "python", "gpumem", "snapshot_to_csv.py")
+_spec = importlib.util.spec_from_file_location("snapshot_to_csv", SCRIPT)
 conv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(conv)
 

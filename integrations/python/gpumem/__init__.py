@@ -11,28 +11,61 @@ and, whichever framework allocates:
     gpumem.record_stream(x, s)  # x is also used on stream s (Tensor.record_stream's meaning)
     gpumem.reset_peaks()
     gpumem.flush_trace()      # with use(trace="job-{pid}.csv"): write the recorded requests out now
+
+Options: the keywords of use() / configure(), on top of the environment variable GPUMEM_CONFIG
+("key=value,..."); both take the same keys, and an option given in neither keeps the library's
+default. An unknown key or a bad value raises ValueError naming it.
 """
 from __future__ import annotations
 
 import ctypes
+import re
+from pathlib import Path
 
 from . import _lib
 from ._lib import configure, last_error, library_path
 
-__all__ = ["configure", "last_error", "library_path", "stats", "trim", "settle", "record_stream",
-           "reset_peaks", "flush_trace"]
+
+def _version() -> str:
+    """The project's version: CMake's project(VERSION), recorded at install time; in a source
+    checkout, read from the repository's CMakeLists.txt."""
+    try:
+        from ._build_info import version
+        return version
+    except ImportError:
+        pass
+    top = Path(__file__).resolve().parents[3] / "CMakeLists.txt"
+    try:
+        m = re.search(r"project\(gpumem\s+VERSION\s+([0-9][0-9.]*)", top.read_text())
+    except OSError:
+        m = None
+    return m.group(1) if m else "0+unknown"
+
+
+__version__ = _version()
+
+__all__ = ["__version__", "configure", "last_error", "library_path", "stats", "trim", "settle",
+           "record_stream", "reset_peaks", "flush_trace"]
 
 _STAT_KEYS = ("live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes",
               "allocations", "frees", "upstream_allocations", "granules_mapped", "granules_unmapped",
               "map_calls", "unmap_calls", "events_recorded", "front_hits", "failed_allocations",
               "remap_ns", "remaps_deferred", "stream_ordered_moves", "driver_granules_mapped",
-              "driver_granules_unmapped")
+              "driver_granules_unmapped", "upstream_releases", "cached_bytes",
+              "largest_free_block_bytes")
 
 
 def _device(device) -> int:
     if device is None:
         return -1   # the calling thread's current device
+    if isinstance(device, str):    # "cuda", "cuda:1", "1"
+        kind, _, index = device.rpartition(":") if ":" in device else ("", "", device)
+        if kind not in ("", "cuda") or not (index.isdigit() or index == "cuda"):
+            raise ValueError(f"gpumem: not a CUDA device: {device!r}")
+        return -1 if index == "cuda" else int(index)
     if hasattr(device, "index"):   # torch.device
+        if getattr(device, "type", "cuda") != "cuda":
+            raise ValueError(f"gpumem: not a CUDA device: {device}")
         return -1 if device.index is None else int(device.index)
     if hasattr(device, "id"):      # cupy.cuda.Device
         return int(device.id)
@@ -48,8 +81,9 @@ def stats(device=None) -> dict:
     charged for moving granules) and remaps_deferred (moves it turned down); stream_ordered_moves
     (granules a stream's request took from memory that stream freed while its work was still
     queued); driver_granules_mapped / driver_granules_unmapped (what the driver really did: a
-    granule moved back where it was still mapped costs no call). Zeros before the first
-    allocation."""
+    granule moved back where it was still mapped costs no call); upstream_releases (what went back
+    to the upstream), cached_bytes (reserved less live and its rounding) and
+    largest_free_block_bytes. Zeros before the first allocation."""
     out = (ctypes.c_uint64 * len(_STAT_KEYS))()
     got = _lib.load().gpumem_stats_ex(_device(device), out, len(_STAT_KEYS))
     if got < 0:

@@ -68,14 +68,15 @@ _in_use = False
 
 
 def use(**options) -> None:
-    """Makes gpumem CuPy's allocator (cupy.cuda.set_allocator), with gpumem::pool_options as
-    keywords (idle_budget defaults to 0.05 here, as for PyTorch; see gpumem.torch.use). Options
-    only count before gpumem's first allocation on a device."""
+    """Makes gpumem CuPy's allocator (cupy.cuda.set_allocator), with pool options as keywords on
+    top of GPUMEM_CONFIG (the keys of gpumem.torch.use; an option given nowhere keeps the library's
+    default; an unknown key or bad value raises ValueError naming it). Options only count before
+    gpumem's first allocation on a device."""
     global _in_use, _alloc, _free
     lib = _lib.load()
     _alloc, _free = lib.gpumem_alloc_nothrow, lib.gpumem_free
-    if options:
-        _lib.configure(options)
+    if options or not _in_use:
+        _lib.configure(options)   # also reports a bad GPUMEM_CONFIG here rather than at first use
     _cupy.cuda.set_allocator(_malloc)
     _in_use = True
 

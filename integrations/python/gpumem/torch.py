@@ -3,37 +3,40 @@
     import gpumem.torch
     gpumem.torch.use()          # first thing: before any CUDA tensor exists
 
-Through torch.cuda.memory.CUDAPluggableAllocator. What that interface leaves out, and the gpumem
-call that stands in (see the README, "PyTorch and CuPy"):
-  torch.cuda.memory_stats / max_memory_allocated / reset_peak_memory_stats raise for a pluggable
-  allocator ("does not yet support getDeviceStats")  -> gpumem.stats(), gpumem.reset_peaks()
-  torch.cuda.empty_cache() reaches it only through a reset hook  -> wired here when this torch
-  exposes set_reset_fn; gpumem.trim() always works
+Through torch.cuda.memory.CUDAPluggableAllocator. What that interface leaves out, and how use()
+stands in (see the README, "PyTorch and CuPy"):
+  torch.cuda.memory_stats / memory_allocated / max_memory_allocated / memory_reserved /
+  max_memory_reserved / reset_peak_memory_stats raise or answer nothing for a pluggable allocator
+  ("does not yet support getDeviceStats")  -> use() replaces them with gpumem-backed ones (below)
+  torch.cuda.empty_cache() reaches it only through a reset hook  -> use() replaces it with
+  gpumem's trim of every device's pool (and wires the hook where this torch exposes set_reset_fn)
   Tensor.record_stream reaches it only through a record-stream hook -> wired here when this torch
   exposes set_record_stream_fn; gpumem.record_stream() always works
 """
 from __future__ import annotations
 
+import collections
+
 import torch as _torch
 
-from . import _lib
+from . import _lib, reset_peaks, stats
 
 _allocator = None   # kept alive: PyTorch holds only the C++ side
 hooks: dict = {}    # which optional hooks this torch accepted: {"record_stream": bool, "empty_cache": bool}
+patched: tuple = ()  # the torch.cuda functions use() replaced
 
 
 def use(**options):
-    """Makes gpumem PyTorch's CUDA allocator, with gpumem::pool_options given as keywords
-    (release_threshold_bytes=..., max_reserved_bytes=..., idle_budget=..., reserve_ceiling=...,
-    initial_reserve_bytes="8G" to reserve the job's memory up front, front_cache=False,
-    upstream="vmm", ...). idle_budget defaults to 0.05 here (the library's
-    default is 0, the tightest): a job whose shapes change from step to step then stops remapping
-    memory on every step, for up to 5% of live memory kept idle; idle_budget=0 asks for the
-    tightest reserve, and reserve_ceiling=1.03 keeps the budget's savings only while peak
-    reserved stays within 1.03x peak live; with front_cache_bytes=0 as well, large freed blocks go
-    straight back to the pool, the tightest reserve measured (README, "The tightest reserve").
-    Must run before the first CUDA allocation: PyTorch refuses to swap an allocator in use.
-    Calling it again after success is a no-op (and options must then be empty)."""
+    """Makes gpumem PyTorch's CUDA allocator, with pool options as keywords (the keys of
+    gpumem::pool_options: release_threshold_bytes=..., max_reserved_bytes=..., idle_budget=...,
+    reserve_ceiling=..., initial_reserve_bytes="8G" to reserve the job's memory up front,
+    front_cache=False, ...; upstream="vmm"|"device"|"async"; trace="job-{pid}.csv"), on top of
+    GPUMEM_CONFIG. An option given nowhere keeps the library's default (idle_budget 0, the tightest
+    reserve; idle_budget=0.05 keeps up to 5% of live memory idle so that a job whose shapes change
+    from step to step stops remapping memory on every step). An unknown key or bad value raises
+    ValueError naming it. Then torch.cuda's memory statistics and empty_cache() answer from gpumem
+    (see `patched`). Must run before the first CUDA allocation: PyTorch refuses to swap an
+    allocator in use. Calling it again after success is a no-op (and options must then be empty)."""
     global _allocator
     if _allocator is not None:
         if options:
@@ -59,8 +62,144 @@ def use(**options):
         hooks[hook] = ok
     _torch.cuda.memory.change_current_allocator(alloc)
     _allocator = alloc
+    _patch_torch_cuda()
     return alloc
 
 
 def in_use() -> bool:
     return _allocator is not None
+
+
+# ---- torch.cuda's memory statistics, answered from gpumem.stats() ----
+
+def _index(device) -> int:
+    """torch's device argument (None: the current device, an int, "cuda:1", torch.device)."""
+    if device is None:
+        return _torch.cuda.current_device()
+    if isinstance(device, str):
+        device = _torch.device(device)
+    if isinstance(device, _torch.device):
+        if device.type != "cuda":
+            raise ValueError(f"gpumem: not a CUDA device: {device}")
+        return _torch.cuda.current_device() if device.index is None else device.index
+    return int(device)
+
+
+def memory_stats(device=None) -> dict:
+    """torch.cuda.memory_stats() from gpumem's pool: the keys PyTorch documents that gpumem
+    counts, for the pool "all" (gpumem keeps no large/small pools apart), and every figure of
+    gpumem.stats() as "gpumem.<name>". Bytes are the bytes requested: allocated_bytes, active_bytes
+    and requested_bytes agree. num_alloc_retries is 0: gpumem's pool reclaims what it caches before
+    it grows rather than after a failed device allocation, and does not count a retry."""
+    s = stats(_index(device))
+    live_blocks = s["allocations"] - s["frees"]
+    segments = s["upstream_allocations"] - s["upstream_releases"]
+    out = {}
+    for name in ("allocated_bytes", "active_bytes", "requested_bytes"):
+        out[f"{name}.all.current"] = s["live_bytes"]
+        out[f"{name}.all.peak"] = s["peak_live_bytes"]
+    out["reserved_bytes.all.current"] = s["reserved_bytes"]
+    out["reserved_bytes.all.peak"] = s["peak_reserved_bytes"]
+    out["inactive_split_bytes.all.current"] = s["cached_bytes"]
+    for name in ("allocation", "active"):
+        out[f"{name}.all.current"] = live_blocks
+        out[f"{name}.all.allocated"] = s["allocations"]
+        out[f"{name}.all.freed"] = s["frees"]
+    out["segment.all.current"] = segments
+    out["segment.all.allocated"] = s["upstream_allocations"]
+    out["segment.all.freed"] = s["upstream_releases"]
+    out["num_alloc_retries"] = 0
+    out["num_ooms"] = s["failed_allocations"]
+    out["num_device_alloc"] = s["upstream_allocations"]
+    out["num_device_free"] = s["upstream_releases"]
+    for key, value in s.items():
+        out["gpumem." + key] = value
+    return collections.OrderedDict(sorted(out.items()))
+
+
+def memory_stats_as_nested_dict(device=None) -> dict:
+    """memory_stats() nested at its dots, as torch's function of that name."""
+    nested: dict = {}
+    for key, value in memory_stats(device).items():
+        *path, last = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by live tensors on `device` (gpumem's live_bytes)."""
+    return stats(_index(device))["live_bytes"]
+
+
+def max_memory_allocated(device=None) -> int:
+    """The most memory_allocated() has been since the start or reset_peak_memory_stats()."""
+    return stats(_index(device))["peak_live_bytes"]
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes gpumem's pool holds from the driver on `device` (its reserved_bytes)."""
+    return stats(_index(device))["reserved_bytes"]
+
+
+def max_memory_reserved(device=None) -> int:
+    """The most memory_reserved() has been since the start or reset_peak_memory_stats()."""
+    return stats(_index(device))["peak_reserved_bytes"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Peaks start again from the current figures (gpumem.reset_peaks)."""
+    reset_peaks(_index(device))
+
+
+def empty_cache() -> None:
+    """Hands what every device's pool caches back to the driver (gpumem.trim on each)."""
+    _lib.load().gpumem_trim_all()
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A short table of memory_stats() (torch's layout needs figures gpumem does not keep)."""
+    del abbreviated
+    s = memory_stats(device)
+    mib = 1 << 20
+    rows = [("allocated", s["allocated_bytes.all.current"], s["allocated_bytes.all.peak"]),
+            ("reserved", s["reserved_bytes.all.current"], s["reserved_bytes.all.peak"])]
+    lines = [f"gpumem memory summary, device {_index(device)}",
+             f"{'':12}{'current MiB':>14}{'peak MiB':>14}"]
+    lines += [f"{name:12}{cur / mib:14.1f}{peak / mib:14.1f}" for name, cur, peak in rows]
+    lines.append(f"allocations {s['allocation.all.allocated']}, frees {s['allocation.all.freed']}, "
+                 f"out of memory {s['num_ooms']}, device allocations {s['num_device_alloc']}")
+    return "\n".join(lines) + "\n"
+
+
+_REPLACEMENTS = {
+    "memory_stats": memory_stats,
+    "memory_stats_as_nested_dict": memory_stats_as_nested_dict,
+    "memory_allocated": memory_allocated,
+    "max_memory_allocated": max_memory_allocated,
+    "memory_reserved": memory_reserved,
+    "max_memory_reserved": max_memory_reserved,
+    "memory_cached": memory_reserved,          # torch's deprecated names
+    "max_memory_cached": max_memory_reserved,
+    "reset_peak_memory_stats": reset_peak_memory_stats,
+    "reset_max_memory_allocated": reset_peak_memory_stats,
+    "reset_max_memory_cached": reset_peak_memory_stats,
+    "empty_cache": empty_cache,
+    "memory_summary": memory_summary,
+}
+
+
+def _patch_torch_cuda() -> None:
+    """Points torch.cuda's functions (and torch.cuda.memory's, which torch's other functions call
+    through) at the gpumem-backed ones above."""
+    global patched
+    done = []
+    for name, fn in _REPLACEMENTS.items():
+        for module in (_torch.cuda, _torch.cuda.memory):
+            if hasattr(module, name):
+                setattr(module, name, fn)
+                if name not in done:
+                    done.append(name)
+    patched = tuple(done)
