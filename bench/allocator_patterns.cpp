@@ -1,6 +1,6 @@
 // Issue "Speed" as Google Benchmark programs, CPU only (runs everywhere, CI too): gpumem's pool on
 // the simulated device (virtual memory, 1 TiB, events complete at once) against glibc malloc, on
-// the patterns `gpumem bench` runs (src/tools/bench_patterns.hpp):
+// the patterns `gpumem bench` runs (src/cli/bench_patterns.hpp):
 //   pair/<bytes>   one alloc + free, warm                         (time per iteration = per pair)
 //   churn          1000 live blocks, 256 B - 64 MiB log-uniform;   (items = alloc + free ops)
 //                  free a random one, allocate a new one
@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "gpumem/pool.hpp"
-#include "gpumem/replay_loop.hpp"
-#include "gpumem/replay_plan.hpp"
+#include "gpumem/detail/replay_loop.hpp"
+#include "gpumem/detail/replay_plan.hpp"
 #include "gpumem/sim_device.hpp"
 #include "gpumem/trace.hpp"
 

@@ -26,10 +26,22 @@ for ref in "$@"; do
   fi
   cmake -S "$src" -B "$out/build$k" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="-Dgpumem=gpumem_v$k" \
     -DGPUMEM_WITH_CUDA=OFF -DGPUMEM_BUILD_TESTS=OFF -DGPUMEM_BUILD_BENCH=OFF > "$out/cmake$k.log"
-  ninja -C "$out/build$k" libgpumem.a > "$out/ninja$k.log"
-  g++ "${flags[@]}" -Dgpumem=gpumem_v$k -DAB_ENTRY=ab_make_v$k -I"$src/include" -I"$root/bench/ab" \
+  # The library is one archive up to the layered layout (src/alloc), three layers' archives since.
+  if [[ -d $src/src/alloc ]]; then
+    archives=(libgpumem_analysis.a libgpumem_sim.a libgpumem_alloc.a)
+    shim=()
+  else
+    archives=(libgpumem.a)
+    # Before it, the replay loop's headers were public: reach them by their detail/ names.
+    mkdir -p "$out/shim$k/gpumem/detail"
+    for h in replay_loop replay_plan; do echo "#include \"gpumem/$h.hpp\"" > "$out/shim$k/gpumem/detail/$h.hpp"; done
+    shim=(-I"$out/shim$k")
+  fi
+  ninja -C "$out/build$k" "${archives[@]}" > "$out/ninja$k.log"
+  g++ "${flags[@]}" -Dgpumem=gpumem_v$k -DAB_ENTRY=ab_make_v$k -I"$src/include" "${shim[@]}" -I"$root/bench/ab" \
     -x c++ -c "$root/bench/ab/ab_variant.inc" -o "$out/variant$k.o"
-  objs+=("$out/variant$k.o") libs+=("$out/build$k/libgpumem.a")
+  objs+=("$out/variant$k.o")
+  for a in "${archives[@]}"; do libs+=("$out/build$k/$a"); done
   decls+="std::unique_ptr<ab::pattern_runner> ab_make_v$k(const ab::pattern&);"$'\n'
   decls+="std::size_t ab_make_v${k}_parse_bytes(std::string_view);"$'\n'
   table+="  {\"$ref\", ab_make_v$k, ab_make_v${k}_parse_bytes},"$'\n'
@@ -44,8 +56,8 @@ $table};
 extern const std::size_t ab_variant_count = $k;
 CPP
 g++ "${flags[@]}" -I"$root/bench/ab" -c "$out/ab_variants.cpp" -o "$out/ab_variants.o"
-g++ "${flags[@]}" -I"$root/bench/ab" -I"$root/src" -c "$root/bench/ab/ab_main.cpp" -o "$out/ab_main.o"
+g++ "${flags[@]}" -I"$root/bench/ab" -I"$root/src/cli" -c "$root/bench/ab/ab_main.cpp" -o "$out/ab_main.o"
 # The counts on ab's command line are read by the CLI's parser (this tree's).
-g++ "${flags[@]}" -I"$root/src" -c "$root/src/tools/count_arg.cpp" -o "$out/count_arg.o"
+g++ "${flags[@]}" -I"$root/src/cli" -c "$root/src/cli/count_arg.cpp" -o "$out/count_arg.o"
 g++ -static-libstdc++ -static-libgcc "$out/ab_main.o" "$out/count_arg.o" "$out/ab_variants.o" "${objs[@]}" "${libs[@]}" -lz -pthread -o "$out/ab"
 echo "$out/ab: ${*}"

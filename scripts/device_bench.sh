@@ -22,7 +22,7 @@ DIST=${GPUMEM_DIST:-.carry/bench}
 if [[ "${1:-}" == stage ]]; then
   mkdir -p "$DIST"
   cp build/gpumem "$DIST/"
-  # The torch peer's source and include/gpumem/bench_peer.h travel with the working tree.
+  # The torch peer's source and src/cli/bench_peer.h travel with the working tree.
   ls -la "$DIST"
   exit 0
 fi
@@ -41,13 +41,13 @@ fi
 trace_args=()
 if [[ -n "$TRACES" ]]; then trace_args=(--traces "$TRACES"); else echo "no traces found: replay skipped" >&2; fi
 
-# PyTorch's caching allocator joins the same process as a peer library (include/gpumem/bench_peer.h),
+# PyTorch's caching allocator joins the same process as a peer library (src/cli/bench_peer.h),
 # built here against the installed torch with g++ (bench/torch/torch_peer.cpp).
 peer_args=()
 TORCH_DIR=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))' 2>/dev/null || true)
 if [[ -z "${SKIP_TORCH:-}" && -z "${PEER_LIB:-}" && -n "$TORCH_DIR" && -d "$TORCH_DIR/include" ]]; then
   CUDA=${CUDA_HOME:-/usr/local/cuda}
-  if g++ -std=c++20 -O2 -DNDEBUG -D_GLIBCXX_USE_CXX11_ABI=1 -fPIC -shared -Iinclude \
+  if g++ -std=c++20 -O2 -DNDEBUG -D_GLIBCXX_USE_CXX11_ABI=1 -fPIC -shared -Isrc/cli \
       -isystem "$TORCH_DIR/include" -isystem "$TORCH_DIR/include/torch/csrc/api/include" \
       -isystem "$CUDA/include" bench/torch/torch_peer.cpp \
       -L"$TORCH_DIR/lib" -lc10_cuda -lc10 -Wl,-rpath,"$TORCH_DIR/lib" \

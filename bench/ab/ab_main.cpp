@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "ab_api.hpp"
-#include "tools/count_arg.hpp"
+#include "count_arg.hpp"
 
 volatile std::uintptr_t ab::sink;
 

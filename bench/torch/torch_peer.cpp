@@ -1,6 +1,6 @@
 // PyTorch's CUDA caching allocator as a `gpumem bench` peer: a shared library for
 // `gpumem bench --peer-lib libgpumem_torch_peer.so`, timed in the same process as gpumem's pool,
-// cudaMalloc, cudaMallocAsync and CUB, on the same patterns (include/gpumem/bench_peer.h). It goes
+// cudaMalloc, cudaMallocAsync and CUB, on the same patterns (src/cli/bench_peer.h). It goes
 // through the caching allocator's C++ API, c10::cuda::CUDACachingAllocator::raw_alloc_with_stream /
 // raw_delete, as a C++ extension would.
 //
@@ -18,7 +18,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "gpumem/bench_peer.h"
+#include "bench_peer.h"
 
 namespace {
 

@@ -71,7 +71,7 @@ struct guarded_allocation {
 };
 
 namespace detail {
-// The upstream, type-erased so the checking code is compiled once, in src/core/guard.cpp.
+// The upstream, type-erased so the checking code is compiled once, in src/adaptors/guard.cpp.
 class guarded_upstream {
  public:
   virtual ~guarded_upstream() = default;

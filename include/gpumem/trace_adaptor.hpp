@@ -39,7 +39,7 @@ struct trace_adaptor_options {
 
 namespace detail {
 // The non-template half: row formatting, the buffer, the lock and the output. In
-// src/core/trace_adaptor.cpp.
+// src/adaptors/trace_adaptor.cpp.
 class trace_sink {
  public:
   trace_sink(std::ostream& out, const trace_adaptor_options& opts);

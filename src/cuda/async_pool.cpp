@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_util.hpp"
+#include "cuda_check.hpp"
+#include "device_util.hpp"
 
 namespace gpumem {
 

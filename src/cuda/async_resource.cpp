@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/resource_util.hpp"
+#include "cuda_check.hpp"
+#include "resource_util.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 
 namespace gpumem {

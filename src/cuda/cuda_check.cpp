@@ -1,8 +1,8 @@
-#include "cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 
 #include <fmt/core.h>
 
-#include "cuda/driver_api.hpp"
+#include "driver_api.hpp"
 #include "gpumem/errors.hpp"
 
 namespace gpumem::cuda_detail {

@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 
 namespace gpumem {

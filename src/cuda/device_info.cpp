@@ -2,9 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_util.hpp"
-#include "cuda/driver_api.hpp"
+#include "cuda_check.hpp"
+#include "device_util.hpp"
+#include "driver_api.hpp"
 #include "gpumem/cuda/pinned_host_resource.hpp"
 
 namespace gpumem {

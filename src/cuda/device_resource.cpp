@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_util.hpp"
-#include "cuda/resource_util.hpp"
+#include "cuda_check.hpp"
+#include "device_util.hpp"
+#include "resource_util.hpp"
 
 namespace gpumem {
 

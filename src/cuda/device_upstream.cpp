@@ -1,7 +1,7 @@
 #include <cstdio>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_util.hpp"
+#include "cuda_check.hpp"
+#include "device_util.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 
 namespace gpumem {

@@ -1,11 +1,11 @@
-#include "cuda/device_util.hpp"
+#include "device_util.hpp"
 
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
 
 #include <stdexcept>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 
 namespace gpumem::cuda_detail {
 

@@ -1,4 +1,4 @@
-#include "cuda/driver_api.hpp"
+#include "driver_api.hpp"
 
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
@@ -6,7 +6,7 @@
 #include <exception>
 #include <mutex>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 #include "gpumem/errors.hpp"
 
 namespace gpumem::cuda_detail {

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/pinned_counter.hpp"
+#include "cuda_check.hpp"
+#include "pinned_counter.hpp"
 #include "gpumem/errors.hpp"
 
 namespace gpumem {

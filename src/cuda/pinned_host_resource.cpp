@@ -4,9 +4,9 @@
 
 #include <cstdio>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/pinned_counter.hpp"
-#include "cuda/resource_util.hpp"
+#include "cuda_check.hpp"
+#include "pinned_counter.hpp"
+#include "resource_util.hpp"
 #include "gpumem/errors.hpp"
 
 namespace gpumem {

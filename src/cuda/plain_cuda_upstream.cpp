@@ -1,5 +1,5 @@
 // The plain-shape CUDA upstreams' shared members (device_upstream, async_upstream).
-#include "cuda/device_util.hpp"
+#include "device_util.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 
 namespace gpumem {

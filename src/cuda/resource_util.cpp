@@ -1,4 +1,4 @@
-#include "cuda/resource_util.hpp"
+#include "resource_util.hpp"
 
 #include <fmt/core.h>
 

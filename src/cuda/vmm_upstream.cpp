@@ -1,8 +1,8 @@
 #include <cstdio>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_util.hpp"
-#include "cuda/driver_api.hpp"
+#include "cuda_check.hpp"
+#include "device_util.hpp"
+#include "driver_api.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 
 namespace gpumem {

@@ -2,11 +2,11 @@
 # from git revisions), built here on this tree alone so its sources keep compiling, and run once on
 # each pattern: the figures are not checked (timing is for benchmarks), the output's shape and the
 # refusals of bad input are.
-# The counts on its command line are read by the CLI's parser (src/tools/count_arg.cpp).
+# The counts on its command line are read by the CLI's parser (src/cli/count_arg.cpp).
 add_executable(gpumem_ab ${PROJECT_SOURCE_DIR}/bench/ab/ab_main.cpp ${PROJECT_SOURCE_DIR}/bench/ab/ab_self.cpp
-               ${PROJECT_SOURCE_DIR}/bench/ab/ab_self_variant.cpp ${PROJECT_SOURCE_DIR}/src/tools/count_arg.cpp)
-target_link_libraries(gpumem_ab PRIVATE gpumem fmt::fmt-header-only)
-target_include_directories(gpumem_ab PRIVATE ${PROJECT_SOURCE_DIR}/bench/ab ${PROJECT_SOURCE_DIR}/src)
+               ${PROJECT_SOURCE_DIR}/bench/ab/ab_self_variant.cpp ${PROJECT_SOURCE_DIR}/src/cli/count_arg.cpp)
+target_link_libraries(gpumem_ab PRIVATE gpumem gpumem_analysis fmt::fmt-header-only)
+target_include_directories(gpumem_ab PRIVATE ${PROJECT_SOURCE_DIR}/bench/ab ${PROJECT_SOURCE_DIR}/src/cli)
 gpumem_warnings(gpumem_ab)
 
 set(_ab_trace ${PROJECT_SOURCE_DIR}/examples/small_training.csv)

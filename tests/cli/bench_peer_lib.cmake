@@ -1,8 +1,8 @@
-# `gpumem bench --peer-lib`: a peer from a shared library (include/gpumem/bench_peer.h) is timed in
+# `gpumem bench --peer-lib`: a peer from a shared library (src/cli/bench_peer.h) is timed in
 # the same process as gpumem's pool, gets its rows and its ratio column, and a library that cannot
 # take part is refused before anything runs, with the path and the reason.
 add_library(gpumem_test_peer MODULE ${CMAKE_CURRENT_LIST_DIR}/peer/test_peer.cpp)
-target_include_directories(gpumem_test_peer PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_include_directories(gpumem_test_peer PRIVATE ${PROJECT_SOURCE_DIR}/src/cli)
 gpumem_warnings(gpumem_test_peer)
 set(_peer $<TARGET_FILE:gpumem_test_peer>)
 set(_peer_cli $<TARGET_FILE:gpumem_cli>)
@@ -70,8 +70,8 @@ set_tests_properties(cli_bench_peer_lib_failure_exits_1 PROPERTIES LABELS cpu)
 
 # The interface is C: a peer may be written in C, or built with another compiler's C++.
 add_test(NAME cli_bench_peer_header_is_plain_c
-  COMMAND sh -c "command -v cc >/dev/null 2>&1 || { echo 'cc not found: skipped'; exit 77; }; printf '#include <gpumem/bench_peer.h>\\nint main(void) { gpumem_bench_peer p = {0}; return p.abi; }\\n' | exec cc -std=c99 -pedantic -Wall -Wextra -Werror -I\"$0\" -x c -o /dev/null -"
-          ${PROJECT_SOURCE_DIR}/include)
+  COMMAND sh -c "command -v cc >/dev/null 2>&1 || { echo 'cc not found: skipped'; exit 77; }; printf '#include <bench_peer.h>\\nint main(void) { gpumem_bench_peer p = {0}; return p.abi; }\\n' | exec cc -std=c99 -pedantic -Wall -Wextra -Werror -I\"$0\" -x c -o /dev/null -"
+          ${PROJECT_SOURCE_DIR}/src/cli)
 set_tests_properties(cli_bench_peer_header_is_plain_c PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
 
 # Without --peer-lib: every libgpumem_*_peer.so beside the executable (here: $GPUMEM_BENCH_PEER_DIR)

@@ -1,8 +1,8 @@
 # Which TLS model each build of the library gives the pointer every allocate and free reads
-# (CMakeLists.txt): initial-exec in gpumem, the general model in gpumem_dlopen. x86-64 only: the
+# (CMakeLists.txt): initial-exec in gpumem_alloc, the general model in gpumem_dlopen. x86-64 only: the
 # relocations the check reads are that architecture's.
 if(CMAKE_OBJDUMP AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  foreach(_case "gpumem;initial-exec" "gpumem_dlopen;general")
+  foreach(_case "gpumem_alloc;initial-exec" "gpumem_dlopen;general")
     list(GET _case 0 _lib)
     list(GET _case 1 _model)
     add_test(NAME tls_model_${_lib}

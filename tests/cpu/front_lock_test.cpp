@@ -8,7 +8,7 @@
 #include <atomic>
 #include <thread>
 
-#include "core/front_lock.hpp"
+#include "front_lock.hpp"
 
 namespace {
 

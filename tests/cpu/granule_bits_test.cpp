@@ -1,6 +1,6 @@
 // The arena's granule bits and sets: a count over any range agrees with counting one granule at a
 // time, across word edges, at the ends, and for empty ranges; a set answers as std::set does.
-#include "core/granule_bits.hpp"
+#include "granule_bits.hpp"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/lockstep_threads.hpp"
+#include "lockstep_threads.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 

@@ -1,6 +1,6 @@
 // The arena's node recycler: freed nodes come back for the next node of their size, sizes do not
 // mix, and containers built on it behave as std's do.
-#include "core/node_recycler.hpp"
+#include "node_recycler.hpp"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/size_class.hpp"
+#include "size_class.hpp"
 #include "support/pool_model.hpp"
 
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/front_cache.hpp"
+#include "front_cache.hpp"
 #include "support/model_check.hpp"
 #include "support/pool_model.hpp"
 

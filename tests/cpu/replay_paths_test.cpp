@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpumem/replay.hpp"
-#include "gpumem/replay_plan.hpp"
+#include "gpumem/detail/replay_plan.hpp"
 #include "gpumem/trace.hpp"
 #include "support/wrapped_replay_target.hpp"
 

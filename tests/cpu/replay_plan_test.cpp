@@ -11,8 +11,8 @@
 #include <tuple>
 #include <vector>
 
-#include "gpumem/replay_loop.hpp"
-#include "gpumem/replay_plan.hpp"
+#include "gpumem/detail/replay_loop.hpp"
+#include "gpumem/detail/replay_plan.hpp"
 #include "gpumem/trace.hpp"
 
 namespace gpumem {

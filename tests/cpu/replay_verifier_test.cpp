@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/live_block_index.hpp"
+#include "live_block_index.hpp"
 #include "gpumem/replay_verifier.hpp"
 
 namespace gpumem {

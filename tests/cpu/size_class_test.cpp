@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <random>
 
-#include "core/front_cache.hpp"
-#include "core/size_class.hpp"
+#include "front_cache.hpp"
+#include "size_class.hpp"
 
 namespace {
 using namespace gpumem::detail;

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "gpu_test_support.hpp"
-#include "gpumem/cuda/replay_targets.hpp"
+#include "replay_targets.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/wrapped_replay_target.hpp"

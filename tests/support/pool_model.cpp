@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "core/front_cache.hpp"
-#include "core/size_class.hpp"
+#include "front_cache.hpp"
+#include "size_class.hpp"
 
 #include <algorithm>
 #include <atomic>

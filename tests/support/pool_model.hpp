@@ -129,7 +129,7 @@ class pool_model {
   // owner too. Default: exactly the request.
   void set_footprint(std::function<std::size_t(std::size_t bytes, std::size_t alignment)> f) { footprint_ = std::move(f); }
   // Where the pool may hand out more than the footprint (growing first, a large request may get a
-  // larger cached block: src/core/front_cache.hpp, pop_fit): the size of the block at `ptr`, or 0
+  // larger cached block: src/alloc/front_cache.hpp, pop_fit): the size of the block at `ptr`, or 0
   // where the footprint stands. Asked before the model's lock is taken: it may ask the pool.
   void set_block_bytes(std::function<std::size_t(const void* ptr, std::size_t bytes, std::size_t alignment)> f) {
     block_bytes_ = std::move(f);

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "gpumem/bench_peer.h"
+#include "bench_peer.h"
 
 namespace {
 

@@ -1,0 +1,72 @@
+# cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK=... -DGENERATOR=... -DCXX=... [-DLAUNCHER=...]
+#       [-DCUDA=ON -DCUDA_ROOT=...] [-DSANITIZE=...] -P package_test.cmake
+# Installs the built library under WORK/prefix, checks the exported CMake files name no absolute
+# path, then configures, builds and runs tests/package_consumer against it twice: linking only
+# gpumem::gpumem with fmt, ZLIB, CLI11, nlohmann-json, GoogleTest and Google Benchmark (and, in a
+# build without CUDA, the CUDA toolkit) all made unfindable, so needing any of them fails; then
+# with the analysis component, which brings ZLIB.
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(run_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(prefix ${WORK}/prefix)
+file(REMOVE_RECURSE ${WORK})
+run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+
+file(GLOB exported ${prefix}/lib*/cmake/gpumem/*.cmake)
+if(NOT exported)
+  message(FATAL_ERROR "no CMake package files installed under ${prefix}/lib*/cmake/gpumem")
+endif()
+foreach(file IN LISTS exported)
+  file(READ ${file} text)
+  foreach(path ${SOURCE_DIR} ${BUILD_DIR} ${prefix})
+    string(FIND "${text}" "${path}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "${file} names the absolute path ${path}: an installed package must not")
+    endif()
+  endforeach()
+  if(text MATCHES "[\";](/(usr|opt)/[^\";]*)")
+    message(FATAL_ERROR "${file} names the absolute path ${CMAKE_MATCH_1}: an installed package must not")
+  endif()
+endforeach()
+if(EXISTS ${prefix}/include/gpumem/detail)
+  message(FATAL_ERROR "${prefix}/include/gpumem/detail installed: detail/ is internal")
+endif()
+
+set(common -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+if(LAUNCHER)
+  list(APPEND common -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
+endif()
+if(SANITIZE)
+  list(APPEND common "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
+endif()
+if(CUDA)
+  list(APPEND common -DCUDAToolkit_ROOT=${CUDA_ROOT})
+endif()
+
+set(unfindable fmt ZLIB CLI11 nlohmann_json GTest benchmark)
+if(NOT CUDA)
+  list(APPEND unfindable CUDAToolkit)
+endif()
+set(disabled "")
+foreach(package IN LISTS unfindable)
+  list(APPEND disabled -DCMAKE_DISABLE_FIND_PACKAGE_${package}=ON)
+endforeach()
+
+foreach(variant plain analysis)
+  set(dir ${WORK}/consumer-${variant})
+  if(variant STREQUAL "plain")
+    set(args ${disabled})
+  else()
+    set(args -DCONSUMER_ANALYSIS=ON)
+  endif()
+  run("configure (${variant})" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package_consumer -B ${dir} ${common} ${args})
+  run("build (${variant})" ${CMAKE_COMMAND} --build ${dir})
+  run("run (${variant})" ${dir}/consumer)
+  message(STATUS "${variant}: ${run_output}")
+endforeach()
