@@ -29,7 +29,7 @@ class gpu_pool {
   gpu_pool& operator=(const gpu_pool&) = default;
   // Same contract as gpumem::pool::allocate / deallocate. Inline, through pool_: a call made here
   // goes straight to the pool's common path, without a call of its own or the two loads through
-  // state_ that came before the pool's own work (bench/RESULTS.md, session 23).
+  // state_ that came before the pool's own work.
   void* allocate(std::size_t bytes, std::size_t alignment = default_alignment, stream_ref s = {}) {
     return pool_->allocate(bytes, alignment, s);
   }
