@@ -5,7 +5,7 @@
 // raw_delete, as a C++ extension would.
 //
 // Built only where torch is installed: by CMake with -DGPUMEM_TORCH_DIR=<torch package dir>, or
-// by scripts/device_bench.sh with g++. It links torch's c10 and c10_cuda and nothing of gpumem's:
+// by scripts/gpu_check.sh with g++. It links torch's c10 and c10_cuda and nothing of gpumem's:
 // only the C interface crosses to the bench, so torch's standard library and CUDA runtime never
 // meet gpumem's.
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -8,6 +8,7 @@ if(CMAKE_OBJDUMP AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     add_test(NAME tls_model_${_lib}
       COMMAND ${CMAKE_COMMAND} -DOBJDUMP=${CMAKE_OBJDUMP} -DLIB=$<TARGET_FILE:${_lib}> -DEXPECT=${_model}
               -P ${PROJECT_SOURCE_DIR}/tests/support/check_tls_model.cmake)
-    set_tests_properties(tls_model_${_lib} PROPERTIES LABELS cpu)
+    # `slow`: objdump over a sanitizer build's archives takes long, and the plain build checks the same.
+    set_tests_properties(tls_model_${_lib} PROPERTIES LABELS "cpu;slow")
   endforeach()
 endif()
