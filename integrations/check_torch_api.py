@@ -111,7 +111,9 @@ def main():
 
     ooms = cuda.memory_stats()["num_ooms"]
     try:
-        torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+        # Twice the device: a real out-of-memory (an absurd size, past 2^47 bytes, is refused as a bad
+        # argument instead, not counted as a failed allocation).
+        torch.empty(2 * torch.cuda.get_device_properties(0).total_memory, dtype=torch.uint8, device="cuda")
         raised = False
     except (RuntimeError, MemoryError):   # PyTorch turns the pluggable allocator's throw into RuntimeError
         raised = True
