@@ -1,5 +1,5 @@
 # `gpumem bench --json-out FILE`: the tables on the terminal and the same figures as JSON lines in the
-# file (what scripts/device_bench.sh keeps), one line per figure.
+# file (what scripts/gpu_check.sh keeps), one line per figure.
 set(_bjo_file ${CMAKE_CURRENT_BINARY_DIR}/bench_json_out.jsonl)
 add_test(NAME cli_bench_json_out_tables_and_lines
   COMMAND sh -c "rm -f \"$1\" && \"$0\" bench pair --simulate --reps 1 --allocator gpumem-sim --json-out \"$1\" && echo '--- file' && cat \"$1\""
