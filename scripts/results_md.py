@@ -34,20 +34,27 @@ class InputError(Exception):
 
 # ---- reading ----
 
+def json_objects(lines, name: str):
+    """(FILE:LINE, object) for each non-blank line of a JSON-lines text; InputError on a line that
+    is not a JSON object."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{name}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}: a JSON object was expected")
+        yield where, obj
+
+
 def read_runs(path: pathlib.Path) -> list[dict]:
     """The runs of one file: [{"header": {...}, "records": [...]}], in file order."""
     runs: list[dict] = []
     with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path.name}:{number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: not JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{where}: a JSON object was expected")
+        for where, obj in json_objects(f, path.name):
             if obj.get("record") == "run":
                 missing = [k for k in HEADER_KEYS if not isinstance(obj.get(k), str) or not obj[k]]
                 if missing:
@@ -272,21 +279,13 @@ def cmd_record(args) -> int:
     source = open(args.input, encoding="utf-8") if args.input else sys.stdin
     records = []
     with source:
-        for number, line in enumerate(source, 1):
-            if not line.strip():
-                continue
-            where = f"{args.input or '<stdin>'}:{number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                print(f"results_md.py record: {where}: not JSON ({e.msg})", file=sys.stderr)
-                return 2
-            try:
+        try:
+            for where, obj in json_objects(source, args.input or "<stdin>"):
                 check_record(obj, where)
-            except InputError as e:
-                print(f"results_md.py record: {e}", file=sys.stderr)
-                return 2
-            records.append(obj)
+                records.append(obj)
+        except InputError as e:
+            print(f"results_md.py record: {e}", file=sys.stderr)
+            return 2
     if not records:
         print("results_md.py record: no bench records on the input", file=sys.stderr)
         return 2
