@@ -4,12 +4,12 @@
 set(_convert_py_dir ${PROJECT_SOURCE_DIR}/tests/python)
 
 add_test(NAME python_snapshot_to_csv
-  COMMAND sh -c "command -v python3 >/dev/null 2>&1 || { echo 'python3 not found: skipped'; exit 77; }; exec python3 -m unittest -v test_snapshot_to_csv.SnapshotToCsvTest"
+  COMMAND sh -c "${GPUMEM_PYTHON3} -m unittest -v test_snapshot_to_csv.SnapshotToCsvTest"
   WORKING_DIRECTORY ${_convert_py_dir})
 set_tests_properties(python_snapshot_to_csv PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
 
 add_test(NAME cli_snapshot_to_csv_replay_peak
-  COMMAND sh -c "command -v python3 >/dev/null 2>&1 || { echo 'python3 not found: skipped'; exit 77; }; exec python3 -m unittest -v test_snapshot_to_csv.ReplayPeakTest"
+  COMMAND sh -c "${GPUMEM_PYTHON3} -m unittest -v test_snapshot_to_csv.ReplayPeakTest"
   WORKING_DIRECTORY ${_convert_py_dir})
 set_tests_properties(cli_snapshot_to_csv_replay_peak PROPERTIES LABELS cpu SKIP_RETURN_CODE 77
   ENVIRONMENT "GPUMEM_CLI=$<TARGET_FILE:gpumem_cli>"

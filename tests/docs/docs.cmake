@@ -3,16 +3,14 @@
 # runs, and the script itself is tested on runs made up in a temporary folder. The README's first
 # C++ example is compiled and run (readme_example.cpp), and must be the README's text.
 # Standard-library Python; the Python tests skip (77) without python3.
-set(_docs_py "command -v python3 >/dev/null 2>&1 || { echo 'python3 not found: skipped'; exit 77; }; exec python3")
-
 add_test(NAME docs_results_md_current
-  COMMAND sh -c "${_docs_py} scripts/results_md.py --check"
+  COMMAND sh -c "${GPUMEM_PYTHON3} scripts/results_md.py --check"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 add_test(NAME docs_results_md_script
-  COMMAND sh -c "${_docs_py} -m unittest -v test_results_md"
+  COMMAND sh -c "${GPUMEM_PYTHON3} -m unittest -v test_results_md"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/tests/docs)
 add_test(NAME docs_readme_example_text
-  COMMAND sh -c "${_docs_py} -m unittest -v test_readme"
+  COMMAND sh -c "${GPUMEM_PYTHON3} -m unittest -v test_readme"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/tests/docs)
 set_tests_properties(docs_results_md_current docs_results_md_script docs_readme_example_text
   PROPERTIES LABELS cpu SKIP_RETURN_CODE 77)
