@@ -2,7 +2,7 @@
 //   torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_alloc", "gpumem_free")
 // and for CuPy / ctypes (integrations/python/gpumem).
 //
-// One gpu_pool per device, created on first use with that device current. Options come from
+// One gpu_pool per device (gpumem::per_device), created on first use with that device current. Options come from
 // gpumem_configure() (before first use) on top of GPUMEM_CONFIG, read once: the same
 // "key=value,..." text gpumem_configure() takes, parsed by gpumem::parse_pool_config. Every option
 // left unset keeps the library's default. A bad GPUMEM_CONFIG, or a gpumem_configure() call that
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
+#include <memory>
 #include <atomic>
 #include <cctype>
 #include <cstdint>
@@ -49,6 +49,7 @@
 #include "gpumem/cuda/gpu_pool.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 #include "gpumem/errors.hpp"
+#include "gpumem/per_device.hpp"
 #include "gpumem/pool_option_table.hpp"
 #include "gpumem/trace_adaptor.hpp"
 
@@ -69,6 +70,9 @@ class alloc_failed : public std::bad_alloc {
   std::string message_;
 };
 
+int current_device();
+std::unique_ptr<gpumem::gpu_pool> make_pool(int device);
+
 struct registry {
   std::mutex mutex;
   gpumem::gpu_pool_options options;
@@ -78,7 +82,7 @@ struct registry {
   bool used = false;   // a pool exists: options are frozen
   // Pools are created once and never destroyed: PyTorch and CuPy free tensors during interpreter
   // shutdown, after static destructors may have run, and the CUDA runtime may already be gone.
-  std::array<std::atomic<gpumem::gpu_pool*>, max_devices> pools{};
+  gpumem::per_device<gpumem::gpu_pool> pools{max_devices, make_pool, current_device};
   std::string trace_path;  // trace=PATH: where the first pool's creation opens the trace
   // The trace of every device's requests; created with the first pool, never destroyed (frees
   // arrive during shutdown), written out at exit.
@@ -205,27 +209,28 @@ void record(gpumem::trace_action a, const void* p, std::size_t bytes, cudaStream
 gpumem::gpu_pool& pool_for(int device) {
   if (device < 0) device = current_device();
   if (device >= max_devices) throw std::invalid_argument("gpumem: device index out of range");
+  return reg().pools.get(device);
+}
+
+// pools' factory, called once per device under the map's lock.
+std::unique_ptr<gpumem::gpu_pool> make_pool(int device) {
   registry& r = reg();
-  if (auto* p = r.pools[device].load(std::memory_order_acquire)) return *p;
   std::lock_guard lock(r.mutex);
-  if (auto* p = r.pools[device].load(std::memory_order_relaxed)) return *p;
   read_env_once(r);
   check_configuration(r);
   if (!r.trace_path.empty() && !r.trace.load(std::memory_order_relaxed)) open_trace(r);
   gpumem::gpu_pool_options o = r.options;
   o.device = device;
   scoped_device guard(device);
-  auto* p = new gpumem::gpu_pool(o);   // never deleted, see registry
+  auto p = std::make_unique<gpumem::gpu_pool>(o);   // never deleted, see registry
   r.used = true;
-  r.pools[device].store(p, std::memory_order_release);
-  return *p;
+  return p;
 }
 
 // The pool of `device` if it exists; nullptr otherwise (stats of an unused device are zeros).
 gpumem::gpu_pool* existing_pool(int device) {
   if (device < 0) device = current_device();
-  if (device >= max_devices) return nullptr;
-  return reg().pools[device].load(std::memory_order_acquire);
+  return reg().pools.find(device);
 }
 
 // `act` on `device`'s pool (-1: the current one) with that device current, if the pool exists:

@@ -48,6 +48,10 @@ driver_api load() {
   resolve("cuMemMap", d.mem_map);
   resolve("cuMemUnmap", d.mem_unmap);
   resolve("cuMemSetAccess", d.mem_set_access);
+  resolve("cuMemExportToShareableHandle", d.mem_export_to_shareable_handle);
+  resolve("cuMemImportFromShareableHandle", d.mem_import_from_shareable_handle);
+  resolve("cuMemRetainAllocationHandle", d.mem_retain_allocation_handle);
+  resolve("cuMemGetAddressRange", d.mem_get_address_range);
   return d;
 }
 

@@ -19,6 +19,11 @@ struct driver_api {
   PFN_cuMemMap_v10020 mem_map = nullptr;
   PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
   PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
+  // IPC (ipc_export.cpp, ipc_import.cpp)
+  PFN_cuMemExportToShareableHandle_v10020 mem_export_to_shareable_handle = nullptr;
+  PFN_cuMemImportFromShareableHandle_v10020 mem_import_from_shareable_handle = nullptr;
+  PFN_cuMemRetainAllocationHandle_v11000 mem_retain_allocation_handle = nullptr;
+  PFN_cuMemGetAddressRange_v3020 mem_get_address_range = nullptr;
 };
 
 // Resolves every entry point on first use (thread-safe). Throws gpumem::cuda_error naming the

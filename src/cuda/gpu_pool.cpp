@@ -13,7 +13,7 @@ struct gpu_pool::state {
 
   explicit state(const gpu_pool_options& o) {
     switch (o.upstream) {
-      case gpu_upstream_kind::vmm: up = std::make_unique<vmm_upstream>(o.device); break;
+      case gpu_upstream_kind::vmm: up = std::make_unique<vmm_upstream>(o.device, o.shareable); break;
       case gpu_upstream_kind::device: up = std::make_unique<device_upstream>(o.device); break;
       case gpu_upstream_kind::async: {
         async_pool_options a = o.async;

@@ -20,7 +20,7 @@ CUmemAllocationProp pinned_device_memory(int device) {
 CUdeviceptr as_device_ptr(void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 }  // namespace
 
-vmm_upstream::vmm_upstream(int device) : device_(resolve_device(device)) {
+vmm_upstream::vmm_upstream(int device, bool shareable) : device_(resolve_device(device)) {
   const driver_api& d = driver();
   CUdevice dev = 0;
   GPUMEM_CU_CHECK(d.device_get(&dev, device_));
@@ -35,6 +35,26 @@ vmm_upstream::vmm_upstream(int device) : device_(resolve_device(device)) {
   GPUMEM_CU_CHECK(d.mem_get_allocation_granularity(&granularity_, &prop,
                                                    CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   capacity_ = device_total_bytes(device_);
+  int fd_supported = 0;
+  GPUMEM_CU_CHECK(d.device_get_attribute(
+      &fd_supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev));
+  if (!shareable)
+    unshareable_reason_ = "the pool was made with shareable handles off (gpu_pool_options::shareable)";
+  else if (!fd_supported)
+    unshareable_reason_ = "the device does not export memory as POSIX file descriptors "
+                          "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0)";
+  shareable_.store(shareable && fd_supported, std::memory_order_release);
+}
+
+std::string vmm_upstream::unshareable_reason() const {
+  std::lock_guard lock(handles_mutex_);
+  return unshareable_reason_;
+}
+
+std::size_t vmm_upstream::handle_bytes(std::uint64_t value) const {
+  std::lock_guard lock(handles_mutex_);
+  const auto it = handle_bytes_.find(value);
+  return it == handle_bytes_.end() ? 0 : it->second;
 }
 
 void* vmm_upstream::allocate_segment(std::size_t) { no_plain_shape(name(), "allocate_segment"); }
@@ -53,16 +73,43 @@ void vmm_upstream::release_range(void* base, std::size_t bytes) noexcept {
 }
 
 std::optional<physical_handle> vmm_upstream::create_physical(std::size_t bytes) {
-  const CUmemAllocationProp prop = pinned_device_memory(device_);
+  CUmemAllocationProp prop = pinned_device_memory(device_);
+  const bool share = shareable();
+  if (share) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle h = 0;
-  const CUresult rc = driver().mem_create(&h, bytes, &prop, 0);
+  CUresult rc = driver().mem_create(&h, bytes, &prop, 0);
+  if (share && (rc == CUDA_ERROR_NOT_SUPPORTED || rc == CUDA_ERROR_NOT_PERMITTED ||
+                rc == CUDA_ERROR_INVALID_VALUE)) {
+    // The driver refuses exportable handles here (some containers do): plain ones from now on.
+    {
+      std::lock_guard lock(handles_mutex_);
+      unshareable_reason_ = "cuMemCreate refused exportable handles (" + driver_error_name(rc) +
+                            "); the pool's memory since then is not shareable";
+    }
+    shareable_.store(false, std::memory_order_release);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    rc = driver().mem_create(&h, bytes, &prop, 0);
+  }
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
   GPUMEM_CU_CHECK(rc);
+  if (prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    try {
+      std::lock_guard lock(handles_mutex_);
+      handle_bytes_[static_cast<std::uint64_t>(h)] = bytes;
+    } catch (...) {
+      (void)driver().mem_release(h);
+      throw;
+    }
+  }
   physical_bytes_ += bytes;
   return physical_handle{static_cast<std::uint64_t>(h)};
 }
 
 void vmm_upstream::release_physical(physical_handle h, std::size_t bytes) noexcept {
+  {
+    std::lock_guard lock(handles_mutex_);
+    handle_bytes_.erase(h.value);
+  }
   const CUresult rc = driver().mem_release(static_cast<CUmemGenericAllocationHandle>(h.value));
   if (rc != CUDA_SUCCESS) {
     std::fprintf(stderr, "gpumem: vmm_upstream: cuMemRelease failed: %s\n",

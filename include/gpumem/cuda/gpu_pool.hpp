@@ -18,7 +18,13 @@ struct gpu_pool_options {
   int device = -1;
   pool_options pool;
   async_pool_options async;   // upstream == async only
+  // upstream == vmm: physical memory is created exportable as POSIX file descriptors, so
+  // export_block can share it with another process. false: plain handles, export refused.
+  bool shareable = true;
 };
+
+struct ipc_handle;
+class imported_block;
 
 class gpu_pool {
  public:
@@ -48,6 +54,11 @@ class gpu_pool {
   void trim() { pool().trim(); }
   void settle() { pool().settle(); }
   bool operator==(const gpu_pool& o) const noexcept { return state_ == o.state_; }
+
+  // Memory between processes (cuda/ipc.hpp has the rules): the live block [p, p + bytes) of this
+  // pool as a handle for send_handle, and a handle received from another process mapped here.
+  ipc_handle export_block(const void* p, std::size_t bytes) const;
+  static imported_block import_block(const ipc_handle& h, int device = -1);
 
   GPUMEM_CCCL_MEMBERS(gpu_pool)
   GPUMEM_CCCL_DEVICE_ACCESSIBLE(gpu_pool)

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "gpumem/cuda/async_pool.hpp"
@@ -37,6 +39,7 @@ class device_upstream final : public plain_cuda_upstream {
  public:
   explicit device_upstream(int device = -1);   // -1: the current device
   std::string name() const override { return "cuda-malloc"; }
+  int device() const noexcept { return device_; }
   std::size_t capacity_bytes() const noexcept override { return capacity_; }
   // nullptr on cudaErrorMemoryAllocation (error cleared); other failures throw cuda_error.
   void* allocate_segment(std::size_t bytes) override;
@@ -72,9 +75,14 @@ class async_upstream final : public plain_cuda_upstream {
 // map_run: one cuMemMap per handle and one cuMemSetAccess for the run), unmap = cuMemUnmap (a run
 // of whole mappings in one call), release_physical = cuMemRelease. Granularity: the device's minimum
 // (CU_MEM_ALLOC_GRANULARITY_MINIMUM; 2 MiB on current GPUs).
+//
+// Shareable (the default, where the device supports it): cuMemCreate asks for handles that can be
+// exported as POSIX file descriptors (requestedHandleTypes), and the upstream remembers each live
+// handle's size, so gpu_pool::export_block can send a block to another process (cuda/ipc.hpp). A
+// driver that refuses such handles gets plain ones from then on, and export says why.
 class vmm_upstream final : public upstream {
  public:
-  explicit vmm_upstream(int device = -1);
+  explicit vmm_upstream(int device = -1, bool shareable = true);
   std::string name() const override { return "cuda-vmm"; }
   std::size_t granularity() const noexcept override { return granularity_; }
   bool supports_virtual() const noexcept override { return true; }
@@ -96,10 +104,21 @@ class vmm_upstream final : public upstream {
   std::size_t physical_bytes() const noexcept { return physical_bytes_.load(); }
   std::size_t mapped_bytes() const noexcept { return mapped_bytes_.load(); }
 
+  int device() const noexcept { return device_; }
+  // True while handles are created exportable; else why not, in unshareable_reason().
+  bool shareable() const noexcept { return shareable_.load(std::memory_order_acquire); }
+  std::string unshareable_reason() const;
+  // The size of live handle `value` created shareable, 0 if unknown.
+  std::size_t handle_bytes(std::uint64_t value) const;
+
  private:
   int device_ = 0;
   std::size_t granularity_ = default_granularity;
   std::size_t capacity_ = 0;
+  std::atomic<bool> shareable_{false};
+  mutable std::mutex handles_mutex_;
+  std::string unshareable_reason_;                                 // under handles_mutex_
+  std::unordered_map<std::uint64_t, std::size_t> handle_bytes_;    // under handles_mutex_
   std::atomic<std::size_t> physical_bytes_{0};
   std::atomic<std::size_t> mapped_bytes_{0};
 };
