@@ -55,6 +55,9 @@ struct ipc_handle {
   std::uint64_t bytes = 0;         // the block's size
   std::uint64_t offset = 0;        // vmm: from the first piece's start; runtime: from the segment's base
   std::vector<std::uint64_t> piece_bytes;  // vmm: each piece's size, in address order
+  // vmm: each piece's handle value in the exporter. With exporter_pid it names the piece, so an
+  // importer holding several blocks of one piece imports it once.
+  std::vector<std::uint64_t> piece_ids;
   std::vector<unique_fd> fds;              // vmm: one descriptor per piece, owned
   std::array<std::uint8_t, 64> runtime{};  // runtime: the cudaIpcMemHandle_t's bytes
   std::uint64_t runtime_bytes = 0;         // runtime: the segment's size
@@ -66,7 +69,7 @@ inline constexpr std::size_t ipc_max_pieces = std::size_t{1} << 20;
 
 // Throws std::invalid_argument "gpumem ipc: <where>: <what is wrong> (<why it cannot be used>)"
 // unless `h` is well formed: a known kind, a block of at least one byte inside its pieces (or its
-// segment), every piece a positive size, and one open descriptor per piece.
+// segment), every piece a positive size with an id, and one open descriptor per piece.
 void validate(const ipc_handle& h, const char* where);
 
 // Sends `h` over `socket_fd`, a connected AF_UNIX stream socket (socketpair(AF_UNIX, SOCK_STREAM)

@@ -152,6 +152,9 @@ void validate(const ipc_handle& h, const char* where) {
       if (h.fds.size() != h.piece_bytes.size())
         invalid(where, fmt::format("{} descriptors for {} pieces (one descriptor per piece)", h.fds.size(),
                                    h.piece_bytes.size()));
+      if (h.piece_ids.size() != h.piece_bytes.size())
+        invalid(where, fmt::format("{} piece ids for {} pieces (one id per piece)", h.piece_ids.size(),
+                                   h.piece_bytes.size()));
       std::uint64_t total = 0;
       for (std::size_t i = 0; i < h.piece_bytes.size(); ++i) {
         if (h.piece_bytes[i] == 0) invalid(where, fmt::format("piece {} is 0 bytes", i));
@@ -168,7 +171,7 @@ void validate(const ipc_handle& h, const char* where) {
     }
     case ipc_kind::runtime:
       if (h.bytes == 0) invalid(where, "the block is 0 bytes (an export covers a live block of at least 1 byte)");
-      if (!h.piece_bytes.empty() || !h.fds.empty())
+      if (!h.piece_bytes.empty() || !h.piece_ids.empty() || !h.fds.empty())
         invalid(where, "a cudaIpcMemHandle_t handle carries no pieces or descriptors");
       if (h.offset >= h.runtime_bytes || h.bytes > h.runtime_bytes - h.offset)
         invalid(where, fmt::format("block of {} B at offset {} does not lie inside its {} B segment",
@@ -196,8 +199,10 @@ void send_handle(int socket_fd, const ipc_handle& h) {
   w.segment_address = h.segment_address;
   std::memcpy(w.runtime, h.runtime.data(), sizeof(w.runtime));
   send_all(socket_fd, &w, sizeof(w), nullptr, 0);
-  if (!h.piece_bytes.empty())
+  if (!h.piece_bytes.empty()) {
     send_all(socket_fd, h.piece_bytes.data(), h.piece_bytes.size() * sizeof(std::uint64_t), nullptr, 0);
+    send_all(socket_fd, h.piece_ids.data(), h.piece_ids.size() * sizeof(std::uint64_t), nullptr, 0);
+  }
   std::vector<int> raw(fd_batch);
   for (std::size_t at = 0; at < h.fds.size(); at += fd_batch) {
     const std::size_t k = std::min(fd_batch, h.fds.size() - at);
@@ -231,8 +236,10 @@ ipc_handle receive_handle(int socket_fd) {
   h.segment_address = w.segment_address;
   std::memcpy(h.runtime.data(), w.runtime, sizeof(w.runtime));
   h.piece_bytes.resize(w.pieces);
+  h.piece_ids.resize(w.pieces);
   if (w.pieces) {
     receive_all(socket_fd, h.piece_bytes.data(), w.pieces * sizeof(std::uint64_t), stray, 0);
+    receive_all(socket_fd, h.piece_ids.data(), w.pieces * sizeof(std::uint64_t), stray, 0);
     if (!stray.empty())
       throw std::runtime_error("gpumem ipc: receive_handle: descriptors arrived with the pieces' "
                                "sizes (the sender is not send_handle); they were closed");

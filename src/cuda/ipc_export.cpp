@@ -92,6 +92,7 @@ ipc_handle export_vmm(const vmm_upstream& up, const void* p, std::size_t bytes) 
                                    "piece at {:#x} failed: {}", a, driver_error_name(rc)));
     out.fds.emplace_back(fd);
     out.piece_bytes.push_back(s);
+    out.piece_ids.push_back(static_cast<std::uint64_t>(r.h));
     a += s;
   }
   validate(out, "export_block");

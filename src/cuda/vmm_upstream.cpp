@@ -43,7 +43,8 @@ vmm_upstream::vmm_upstream(int device, bool shareable) : device_(resolve_device(
   else if (!fd_supported)
     unshareable_reason_ = "the device does not export memory as POSIX file descriptors "
                           "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0)";
-  shareable_.store(shareable && fd_supported, std::memory_order_release);
+  records_handles_ = shareable && fd_supported;
+  shareable_.store(records_handles_, std::memory_order_release);
 }
 
 std::string vmm_upstream::unshareable_reason() const {
@@ -106,7 +107,7 @@ std::optional<physical_handle> vmm_upstream::create_physical(std::size_t bytes) 
 }
 
 void vmm_upstream::release_physical(physical_handle h, std::size_t bytes) noexcept {
-  {
+  if (records_handles_) {
     std::lock_guard lock(handles_mutex_);
     handle_bytes_.erase(h.value);
   }

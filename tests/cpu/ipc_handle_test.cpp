@@ -69,6 +69,7 @@ ipc_handle vmm_handle(std::size_t pieces, std::uint64_t first_tag = 100) {
   h.offset = 4096;
   for (std::size_t i = 0; i < pieces; ++i) {
     h.piece_bytes.push_back(2u << 20);
+    h.piece_ids.push_back(0x1000 + i);
     h.fds.push_back(piece(first_tag + i));
   }
   return h;
@@ -101,6 +102,7 @@ TEST(IpcHandle, DescriptorsArriveAsTheSameFilesInOrder) {
     EXPECT_EQ(got.offset, sent.offset);
     EXPECT_EQ(got.exporter_pid, sent.exporter_pid);
     EXPECT_EQ(got.piece_bytes, sent.piece_bytes);
+    EXPECT_EQ(got.piece_ids, sent.piece_ids);
     ASSERT_EQ(got.fds.size(), sent.fds.size());
     for (std::size_t i = 0; i < got.fds.size(); ++i) {
       EXPECT_NE(got.fds[i].get(), sent.fds[i].get()) << "the receiver got the sender's own number";
@@ -180,6 +182,11 @@ TEST(IpcHandle, MalformedHandlesAreRefusedWithTheReason) {
     ipc_handle h = vmm_handle(2);
     h.offset = 4u << 20;
     expect_invalid(h, "does not lie inside");
+  }
+  {
+    ipc_handle h = vmm_handle(2);
+    h.piece_ids.pop_back();
+    expect_invalid(h, "1 piece ids for 2 pieces");
   }
   {
     ipc_handle h = vmm_handle(2);

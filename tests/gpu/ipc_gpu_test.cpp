@@ -129,7 +129,8 @@ void export_blocks(gpu_pool& pool, int sock, std::size_t n, std::uint64_t tag0, 
     for (const live& b : blocks) check_pattern(b.p, b.bytes, b.tag + answer_tag, nullptr, bad.d);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (const live& b : blocks) pool.deallocate(b.p, b.bytes);
-    (at == 0 ? f.fds_first : f.fds_last) = open_fds();
+    f.fds_last = open_fds();
+    if (at == 0) f.fds_first = f.fds_last;
   }
   put(sock, msg::window, 0);
   f.mismatches += bad.value();
@@ -156,7 +157,8 @@ void import_blocks(int sock, std::uint64_t tag0, side_figures& f) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (auto& b : blocks) b.release();
     put(sock, msg::released, k);
-    (at == 0 ? f.fds_first : f.fds_last) = open_fds();
+    f.fds_last = open_fds();
+    if (at == 0) f.fds_first = f.fds_last;
     at += k;
   }
   f.mismatches += bad.value();
@@ -394,6 +396,7 @@ TEST(IpcGpuErrors, RefusalsSayWhy) {
     h.kind = ipc_kind::vmm;
     h.bytes = 100;
     h.piece_bytes = {2u << 20};
+    h.piece_ids = {1};
     h.fds.emplace_back(::memfd_create("not-cuda", MFD_CLOEXEC));
     expect_refused([&] { (void)import_block(h); }, "cuMemImportFromShareableHandle");
     expect_refused([&] { (void)import_block(ipc_handle{}); }, "not an exported block");

@@ -28,9 +28,12 @@
 //    too early is not unmapped under the importer, but it may be reused and then shared: a data
 //    race, not a fault. On plain segments a segment freed too early is freed under the importer.
 //  - A handle owns its descriptors and closes them when destroyed; after import_block the
-//    importer's mapping no longer needs them, so destroy its handle then. An imported_block unmaps, frees
-//    its address range and releases every imported handle (cuMemRelease) or closes the segment
-//    (cudaIpcCloseMemHandle, when its last block goes) on release() or destruction.
+//    importer's mapping no longer needs them, so destroy its handle then. A piece (or segment)
+//    several imported blocks lie on is imported (or opened) once and shared; an imported_block
+//    unmaps and frees its own address range on release() or destruction, and the last block on a
+//    piece releases it (cuMemRelease), the last on a segment closes it (cudaIpcCloseMemHandle).
+//  - The importer reaches the whole of each piece (or segment) under the block, not only the
+//    block, as with cudaIpcGetMemHandle: share blocks only with processes trusted with the pool.
 //  - The importing process must not be the exporting one (CUDA refuses to open its own handles).
 #include <cstddef>
 #include <cstdint>
@@ -60,14 +63,16 @@ class imported_block {
 
  private:
   friend imported_block import_block(const ipc_handle& h, int device);
+  friend struct imported_access;
   ipc_kind kind_ = ipc_kind::none;
   void* ptr_ = nullptr;          // the block
   std::size_t bytes_ = 0;
   void* base_ = nullptr;         // vmm: the reserved range; runtime: the opened segment
   std::size_t reserved_ = 0;     // vmm: the range's size
   std::size_t mapped_ = 0;       // vmm: bytes of it mapped (from base_)
-  std::vector<std::uint64_t> handles_;  // vmm: imported handles, released on release()
-  std::uint64_t segment_key_[2] = {0, 0};  // runtime: exporter's pid and segment address
+  std::uint64_t exporter_ = 0;   // the exporter's pid
+  std::vector<std::uint64_t> pieces_;  // vmm: the exporter's ids of the pieces imported for it
+  std::uint64_t segment_ = 0;    // runtime: the segment's address in the exporter
 };
 
 // The same as gpu_pool::export_block / import_block.

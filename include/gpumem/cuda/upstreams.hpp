@@ -116,6 +116,7 @@ class vmm_upstream final : public upstream {
   std::size_t granularity_ = default_granularity;
   std::size_t capacity_ = 0;
   std::atomic<bool> shareable_{false};
+  bool records_handles_ = false;  // made shareable: handle_bytes_ is kept (else never touched)
   mutable std::mutex handles_mutex_;
   std::string unshareable_reason_;                                 // under handles_mutex_
   std::unordered_map<std::uint64_t, std::size_t> handle_bytes_;    // under handles_mutex_
