@@ -2,7 +2,7 @@
 //   torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_alloc", "gpumem_free")
 // and for CuPy / ctypes (integrations/python/gpumem).
 //
-// One gpu_pool per device (gpumem::per_device), created on first use with that device current. Options come from
+// One gpu_pool per device, created on first use with that device current. Options come from
 // gpumem_configure() (before first use) on top of GPUMEM_CONFIG, read once: the same
 // "key=value,..." text gpumem_configure() takes, parsed by gpumem::parse_pool_config. Every option
 // left unset keeps the library's default. A bad GPUMEM_CONFIG, or a gpumem_configure() call that
@@ -33,7 +33,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <memory>
 #include <atomic>
 #include <cctype>
 #include <cstdint>
@@ -41,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -82,6 +82,7 @@ struct registry {
   bool used = false;   // a pool exists: options are frozen
   // Pools are created once and never destroyed: PyTorch and CuPy free tensors during interpreter
   // shutdown, after static destructors may have run, and the CUDA runtime may already be gone.
+  // One per device index (gpumem::per_device): the device the entry points are given picks it.
   gpumem::per_device<gpumem::gpu_pool> pools{max_devices, make_pool, current_device};
   std::string trace_path;  // trace=PATH: where the first pool's creation opens the trace
   // The trace of every device's requests; created with the first pool, never destroyed (frees

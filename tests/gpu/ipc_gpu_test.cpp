@@ -255,17 +255,21 @@ TEST_P(IpcGpu, TenThousandBlocksThereAndBack) {
   child_process kid;
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  // Everything the child needs is made before fork: between fork and exec it only closes, clears
+  // close-on-exec and execs (the parent has CUDA's threads; allocating there could deadlock).
+  std::vector<std::string> env_text{std::string(socket_env) + "=" + std::to_string(sv[1]),
+                                    std::string(upstream_env) + "=" + upstream};
+  std::vector<const char*> envp;
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  for (const auto& e : env_text) envp.push_back(e.c_str());
+  envp.push_back(nullptr);
+  const char* argv[] = {"/proc/self/exe", "--gtest_filter=IpcGpuChild.ImporterRole", nullptr};
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    // No CUDA call here: exec at once, the child's descriptor kept across it.
     ::close(sv[0]);
     (void)::fcntl(sv[1], F_SETFD, 0);
-    const std::string fd = std::to_string(sv[1]);
-    ::setenv(socket_env, fd.c_str(), 1);
-    ::setenv(upstream_env, upstream.c_str(), 1);
-    const char* argv[] = {"/proc/self/exe", "--gtest_filter=IpcGpuChild.ImporterRole", nullptr};
-    ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+    ::execve("/proc/self/exe", const_cast<char* const*>(argv), const_cast<char* const*>(envp.data()));
     ::_exit(127);
   }
   ::close(sv[1]);
