@@ -3,8 +3,9 @@
 
 Each bench/results/*.jsonl file holds the current runs of one device model: a header line
   {"record": "run", "device": ..., "commit": ..., "date": ..., "command": ..., "cpu": ...}
-followed by the JSON lines `gpumem bench --json` (or --json-out) wrote for that run. A file may hold
-several runs (a header each), e.g. one per pool policy. RESULTS.md holds one section per file.
+followed by the JSON lines `gpumem bench --json` (or --json-out) wrote for that run: the figures, and
+(from runs that have them) the default's goals (pattern "goal"). A file may hold several runs (a
+header each). RESULTS.md holds one section per file.
 
   python3 scripts/results_md.py                  write bench/RESULTS.md
   python3 scripts/results_md.py --check          exit 1 if bench/RESULTS.md is not what it would write
@@ -25,7 +26,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HEADER_KEYS = ("device", "commit", "date", "command")
 FIGURE_KEYS = {"pair": "ns_per_pair", "churn": "ns_per_op", "threads": "mops_per_s",
-               "replay": "ns_per_op", "replay-warm": "ns_per_op"}
+               "replay": "ns_per_op", "replay-warm": "ns_per_op", "goal": "value"}
 
 
 class InputError(Exception):
@@ -80,6 +81,17 @@ def check_record(obj: dict, where: str) -> None:
         raise InputError(f"{where}: unknown pattern {pattern!r} (expected one of {', '.join(FIGURE_KEYS)})")
     if not isinstance(obj.get("allocator"), str):
         raise InputError(f"{where}: no allocator")
+    if pattern == "goal":
+        # A goal read off the figures: measured (value, met true/false) or not (met null, a note).
+        if not isinstance(obj.get("goal"), str) or not isinstance(obj.get("what"), str):
+            raise InputError(f"{where}: a goal record without goal and what")
+        if obj.get("compare") not in ("<=", ">=") or not isinstance(obj.get("bound"), (int, float)):
+            raise InputError(f"{where}: a goal record without compare (<= or >=) and bound")
+        if "met" not in obj or obj["met"] not in (True, False, None):
+            raise InputError(f"{where}: a goal record without met (true, false or null)")
+        if obj["met"] is not None and "note" not in obj and not isinstance(obj.get("value"), (int, float)):
+            raise InputError(f"{where}: a measured goal record without value")
+        return
     if "error" not in obj and not isinstance(obj.get(FIGURE_KEYS[pattern]), (int, float)):
         raise InputError(f"{where}: a {pattern} record without {FIGURE_KEYS[pattern]}")
     param = {"pair": "size_bytes", "threads": "threads", "replay": "trace", "replay-warm": "trace"}.get(pattern)
@@ -140,6 +152,9 @@ def run_section(run: dict) -> list[str]:
     reps = sorted({int(r["reps"]) for r in records if "reps" in r})
     options = sorted({r["pool_options"] for r in records if r.get("pool_options")})
 
+    goals = [r for r in records if r["pattern"] == "goal"]
+    records = [r for r in records if r["pattern"] != "goal"]
+
     out = [f"### {h['date']} — `{h['commit']}`", ""]
     out.append(f"Command: `{h['command']}`")
     out.append("")
@@ -194,13 +209,16 @@ def run_section(run: dict) -> list[str]:
             rows.append(row)
         return rows
 
+    passes = max((int(r.get("passes", 0)) for r in records), default=0)
+    replay_title = ("Replay (ns per op): the first pass on a fresh allocator, then a warm second pass" if not passes
+                    else f"Replay (ns per op): the first pass on a fresh allocator, then the median of the {passes} "
+                         "warm passes after it")
     sections = [
         ("Alloc+free pair (ns per pair)", ("pair",), "size_bytes", lambda p, v: size_text(int(v))),
         ("Churn: 1,000 live blocks, 256 B – 64 MiB (ns per op)", ("churn",), None, lambda p, v: "churn"),
         ("Threads, each on its own stream (Mops/s, higher is better)", ("threads",), "threads",
          lambda p, v: f"{v} threads" if v != 1 else "1 thread"),
-        ("Replay (ns per op): the first pass on a fresh allocator, then a warm second pass",
-         ("replay", "replay-warm"), "trace", lambda p, v: f"{v}, {'warm' if p == 'replay-warm' else 'first pass'}"),
+        (replay_title, ("replay", "replay-warm"), "trace", lambda p, v: f"{v}, {'warm' if p == 'replay-warm' else 'first pass'}"),
     ]
     ratio_head = [f"{ours[0]} vs best peer"] if ours and peers else []
     for title, patterns, param, label in sections:
@@ -215,16 +233,42 @@ def run_section(run: dict) -> list[str]:
     # What gpumem's speed cost in memory, and in driver work.
     mem = [r for r in records if is_gpumem(r["allocator"]) and "peak_reserved_over_live" in r]
     if mem:
+        # Runs that record the peak in granules (and the driver's maps of the first pass) get two
+        # more columns; a warm row's granules are then those of the warm pass that moved the most.
+        granules = any("peak_granules" in r for r in mem)
         out.append("**gpumem's reserve and driver work** (peak reserved / peak live; granules mapped + "
-                   "unmapped over the pattern, and of those, by the driver)")
+                   "unmapped over the pattern, and of those, by the driver"
+                   + ("; a warm row: the warm pass that moved the most)" if granules else ")"))
         out.append("")
         rows = []
         for r in mem:
             what = {"churn": "churn", "threads": f"threads {r.get('threads')}",
                     "replay": f"{r.get('trace')}, first pass", "replay-warm": f"{r.get('trace')}, warm"}[r["pattern"]]
-            rows.append([f"{what} ({r['allocator']})", f"{float(r['peak_reserved_over_live']):.3f}",
-                         f"{int(r.get('granules_moved', 0)):,}", f"{int(r.get('driver_granules', 0)):,}"])
-        out += table(["", "reserve", "granules moved", "by the driver"], rows)
+            row = [f"{what} ({r['allocator']})", f"{float(r['peak_reserved_over_live']):.3f}",
+                   f"{int(r.get('granules_moved', 0)):,}", f"{int(r.get('driver_granules', 0)):,}"]
+            if granules:
+                row += [f"{int(r['peak_granules']):,}" if "peak_granules" in r else "",
+                        f"{int(r['driver_maps']):,}" if "driver_maps" in r else ""]
+            rows.append(row)
+        out += table(["", "reserve", "granules moved", "by the driver"]
+                     + (["peak's granules", "mapped by the driver"] if granules else []), rows)
+        out.append("")
+
+    if goals:
+        met = sum(1 for g in goals if g["met"] is True)
+        measured = sum(1 for g in goals if g["met"] is not None)
+        out.append(f"**Goals of the default** ({goals[0]['allocator']}): {met} of {measured} met"
+                   + (f", {len(goals) - measured} not measured" if measured < len(goals) else ""))
+        out.append("")
+        rows = []
+        for g in goals:
+            v = g.get("value")
+            value = "–" if not isinstance(v, (int, float)) else num(v) if v >= 1000 else f"{v:.4g}"
+            verdict = {True: "met", False: "**not met**", None: "not measured"}[g["met"]]
+            if g.get("note"):
+                verdict += f" ({g['note']})"
+            rows.append([g["what"], value, f"{g['compare']} {g['bound']:g} {g.get('unit', '')}".rstrip(), verdict])
+        out += table(["figure", "value", "goal", ""], rows)
         out.append("")
 
     errors = [r for r in records if "error" in r]

@@ -32,7 +32,7 @@ class gpu_bench_allocator : public bench_allocator {
 
 class gpumem_gpu_allocator final : public gpu_bench_allocator {
  public:
-  explicit gpumem_gpu_allocator(const pool_options& o) : pool_(options(o)) {}
+  gpumem_gpu_allocator() : pool_(options()) {}
   std::string name() const override { return "gpumem-gpu"; }
   void* alloc(std::size_t bytes, stream_ref s) override {
     return pool_.allocate(bytes, default_alignment, s);
@@ -42,17 +42,17 @@ class gpumem_gpu_allocator final : public gpu_bench_allocator {
   }
   bool is_gpumem() const override { return true; }
   std::optional<pool_stats> gpumem_stats() const override { return pool_.pool().stats(); }
-  void settle() override { pool_.settle(); }
+  std::size_t granule_bytes() const override { return pool_.memory().granularity(); }
   void destroy_stream(stream_ref s) override {
     if (s != stream_ref{}) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies
     gpu_bench_allocator::destroy_stream(s);
   }
 
  private:
-  static gpu_pool_options options(const pool_options& p) {
+  // The default pool options: the product, and all bench measures.
+  static gpu_pool_options options() {
     gpu_pool_options o;
     o.upstream = gpu_upstream_kind::vmm;
-    o.pool = p;
     return o;
   }
   gpu_pool pool_;
@@ -119,9 +119,9 @@ class cub_allocator final : public gpu_bench_allocator {
 
 }  // namespace
 
-std::vector<bench_allocator_maker> gpu_bench_allocators(const pool_options& gpumem) {
+std::vector<bench_allocator_maker> gpu_bench_allocators() {
   return {
-      {"gpumem-gpu", [gpumem] { return std::make_unique<gpumem_gpu_allocator>(gpumem); }},
+      {"gpumem-gpu", [] { return std::make_unique<gpumem_gpu_allocator>(); }},
       {"cuda-malloc", [] { return std::make_unique<cuda_malloc_allocator>(); }},
       {"cuda-malloc-async", [] { return std::make_unique<cuda_malloc_async_allocator>(); }},
       {"cub-caching", [] { return std::make_unique<cub_allocator>(); }},
