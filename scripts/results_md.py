@@ -13,6 +13,10 @@ header each). RESULTS.md holds one section per file.
       --commit SHA --command "gpumem bench all ..." [--date YYYY-MM-DD] [--cpu MODEL] [--append] < run.jsonl
                                                  store a run (replacing the file's runs unless --append);
                                                  --info info.json (`gpumem info --json`) names the device
+  python3 scripts/results_md.py goals out/bench.jsonl out/models.jsonl
+                                                 one short table of the goal lines in those files (`gpumem
+                                                 bench --json-out`, integrations/bench_models.py --json-out):
+                                                 a row per goal, a cell per trace / size / model
 """
 from __future__ import annotations
 
@@ -362,6 +366,72 @@ def cmd_record(args) -> int:
     return 0
 
 
+# One row per goal: what it measures, without the trace / size / model its cells name.
+GOAL_LABELS = {
+    "reserve": "peak reserved / peak live",
+    "first_pass_granules": "first pass: granules mapped / peak's",
+    "warm_granules": "warm pass: granules moved, % of peak's",
+    "warm_ns": "warm pass: ns/op",
+    "first_pass_vs_async": "first pass: ns/op / cudaMallocAsync's",
+    "pair_ns": "pair: ns per alloc+free",
+    "churn_ns": "churn: ns/op",
+    "churn_reserve": "churn: peak reserved / peak live",
+    "threads_mops": "16 threads: Mops/s",
+    "threads_scaling": "16 threads / 1 thread",
+    "model_step": "model step time / native's",
+    "model_reserve": "model peak reserved / allocated",
+}
+
+
+def goals_table(goals: list[dict]) -> list[str]:
+    """The goal lines as one short table: a row per goal, a cell per trace / size / model (`*`: not
+    met, `n/a`: not measured), and a count."""
+    rows: dict = {}
+    for g in goals:
+        rows.setdefault(g["goal"], []).append(g)
+    width = max([len(GOAL_LABELS.get(k, k)) for k in rows] + [4])
+    out = [f"{'goal':<{width}}  {'bound':<9} {'met':>5}  values (* not met)"]
+    for key, gs in rows.items():
+        cells = []
+        for g in gs:
+            param = str(g.get("param") or "")
+            for suffix in (".csv.gz", ".csv"):
+                param = param.removesuffix(suffix)
+            v = g.get("value")
+            value = "n/a" if g["met"] is None else f"{v:.4g}" if isinstance(v, (int, float)) else "error"
+            cells.append(f"{param + ' ' if param else ''}{value}{'*' if g['met'] is False else ''}")
+        met = sum(1 for g in gs if g["met"] is True)
+        measured = sum(1 for g in gs if g["met"] is not None)
+        out.append(f"{GOAL_LABELS.get(key, key):<{width}}  {g['compare'] + ' ' + format(g['bound'], 'g'):<9} "
+                   f"{f'{met}/{measured}':>5}  {', '.join(cells)}")
+    met = sum(1 for g in goals if g["met"] is True)
+    measured = sum(1 for g in goals if g["met"] is not None)
+    notes = sorted({g["note"] for g in goals if g["met"] is None and g.get("note")})
+    out.append(f"goals met: {met} of {measured} measured" + (f"; not measured: {'; '.join(notes)}" if notes else ""))
+    return out
+
+
+def cmd_goals(args) -> int:
+    goals = []
+    for name in args.files:
+        try:
+            with open(name, encoding="utf-8") as f:
+                for where, obj in json_objects(f, name):
+                    if obj.get("pattern") == "goal":
+                        check_record(obj, where)
+                        goals.append(obj)
+        except FileNotFoundError:
+            print(f"({name}: not there; its step did not run)")
+        except (InputError, OSError) as e:
+            print(f"results_md.py goals: {e}", file=sys.stderr)
+            return 2
+    if not goals:
+        print("no goal lines in " + ", ".join(args.files))
+        return 0
+    print("\n".join(goals_table(goals)))
+    return 0
+
+
 def cmd_generate(args) -> int:
     results_dir = pathlib.Path(args.results)
     target = pathlib.Path(args.output)
@@ -405,6 +475,10 @@ def main(argv=None) -> int:
         p.add_argument("--append", action="store_true", help="add the run to the file's runs instead of replacing them")
         p.add_argument("--input", help="the JSON lines of gpumem bench (default: stdin)")
         return cmd_record(p.parse_args(argv[1:]))
+    if argv[:1] == ["goals"]:
+        p = argparse.ArgumentParser(prog="results_md.py goals", description="the goal lines of bench runs, one short table")
+        p.add_argument("files", nargs="+", help="JSON lines of `gpumem bench --json-out` or bench_models.py --json-out")
+        return cmd_goals(p.parse_args(argv[1:]))
     p = argparse.ArgumentParser(prog="results_md.py", description="write bench/RESULTS.md from bench/results/*.jsonl")
     p.add_argument("--check", action="store_true", help="only compare: exit 1 if the file differs from what would be written")
     p.add_argument("--results", default=str(ROOT / "bench" / "results"), help="folder of the stored runs")

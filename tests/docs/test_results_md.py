@@ -95,6 +95,28 @@ class ResultsMd(unittest.TestCase):
         self.assertNotIn("Goals of the default", text)
         self.assertNotIn("peak's granules", text)
 
+    def test_goals_command_prints_one_short_table(self):
+        lines = [
+            {"pattern": "goal", "goal": "warm_ns", "what": "a.csv.gz: warm ns/op", "allocator": "gpumem-gpu",
+             "param": "a.csv.gz", "value": 35.0, "compare": "<=", "bound": 40, "met": True},
+            {"pattern": "goal", "goal": "warm_ns", "what": "b.csv: warm ns/op", "allocator": "gpumem-gpu",
+             "param": "b.csv", "value": 55.5, "compare": "<=", "bound": 40, "met": False},
+            rec("pair", "gpumem-gpu", 13.0, size_bytes=512),                   # not a goal: left out
+        ]
+        models = [{"pattern": "goal", "goal": "model_step", "what": "bert_infer: step", "allocator": "gpumem",
+                   "param": "bert_infer", "compare": "<=", "bound": 1.0, "met": None, "note": "no transformers"}]
+        with tempfile.TemporaryDirectory() as d:
+            args = ["goals", str(write(d, "bench.jsonl", lines)), str(write(d, "models.jsonl", models)),
+                    str(pathlib.Path(d) / "missing.jsonl")]
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(results_md.main(args), 0)
+        text = out.getvalue()
+        self.assertIn("missing.jsonl: not there", text)
+        self.assertRegex(text, r"warm pass: ns/op +<= 40 +1/2  a 35, b 55.5\*\n")
+        self.assertRegex(text, r"model step time / native's +<= 1 +0/0  bert_infer n/a\n")
+        self.assertIn("goals met: 1 of 2 measured; not measured: no transformers", text)
+
     def test_the_simulated_device_comes_after_the_gpus(self):
         with tempfile.TemporaryDirectory() as d:
             write(d, "a_sim.jsonl", [dict(HEADER, device="Simulated device", simulated=True)] + RECORDS)
