@@ -236,20 +236,25 @@ def run_section(run: dict) -> list[str]:
 
     # What gpumem's speed cost in memory, and in driver work.
     mem = [r for r in records if is_gpumem(r["allocator"]) and "peak_reserved_over_live" in r]
+    # Peers that report their reserve (newer runs: cudaMallocAsync's pool, CUB's cache) follow gpumem's rows.
+    peer_mem = [r for r in records if not is_gpumem(r["allocator"]) and "peak_reserved_over_live" in r]
+    mem += peer_mem
     if mem:
         # Runs that record the peak in granules (and the driver's maps of the first pass) get two
         # more columns; a warm row's granules are then those of the warm pass that moved the most.
         granules = any("peak_granules" in r for r in mem)
-        out.append("**gpumem's reserve and driver work** (peak reserved / peak live; granules mapped + "
-                   "unmapped over the pattern, and of those, by the driver"
+        out.append(("**Reserve and driver work** (peak reserved / peak live, gpumem's and the peers' that report it; "
+                    if peer_mem else "**gpumem's reserve and driver work** (peak reserved / peak live; ")
+                   + "granules mapped + unmapped over the pattern, and of those, by the driver"
                    + ("; a warm row: the warm pass that moved the most)" if granules else ")"))
         out.append("")
         rows = []
         for r in mem:
             what = {"churn": "churn", "threads": f"threads {r.get('threads')}",
                     "replay": f"{r.get('trace')}, first pass", "replay-warm": f"{r.get('trace')}, warm"}[r["pattern"]]
-            row = [f"{what} ({r['allocator']})", f"{float(r['peak_reserved_over_live']):.3f}",
-                   f"{int(r.get('granules_moved', 0)):,}", f"{int(r.get('driver_granules', 0)):,}"]
+            moved = [f"{int(r.get('granules_moved', 0)):,}", f"{int(r.get('driver_granules', 0)):,}"]
+            row = [f"{what} ({r['allocator']})", f"{float(r['peak_reserved_over_live']):.3f}"]
+            row += moved if is_gpumem(r["allocator"]) else ["–", "–"]
             if granules:
                 row += [f"{int(r['peak_granules']):,}" if "peak_granules" in r else "",
                         f"{int(r['driver_maps']):,}" if "driver_maps" in r else ""]

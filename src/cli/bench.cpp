@@ -189,6 +189,15 @@ void print_tables(const std::vector<bench_result>& results, int reps, int rounds
       if (!line.empty())
         fmt::print("  {}: peak reserved / peak live (granules the driver mapped or unmapped): {}\n", o, line);
     }
+    // The peers that can tell (cudaMallocAsync's pool, CUB's cache): their peak reserved / peak live.
+    for (const auto& c : cols) {
+      if (std::find(ours.begin(), ours.end(), c) != ours.end()) continue;
+      std::string line;
+      for (const auto& p : params)
+        if (auto it = cell.find({p, c}); it != cell.end() && it->second->reserve_over_live > 0)
+          line += fmt::format("{}{} {:.3f}", line.empty() ? "" : ", ", p.empty() ? pat : p, it->second->reserve_over_live);
+      if (!line.empty()) fmt::print("  {}: peak reserved / peak live: {}\n", c, line);
+    }
   }
   // The host's speed before each pattern (host_speed.hpp): over the run, and where gpumem's own
   // figures were taken. A spread well over 1.1x says the host changed speed under the run: compare

@@ -40,6 +40,9 @@ class bench_allocator {
   virtual std::optional<pool_stats> gpumem_stats() const { return std::nullopt; }
   // gpumem's allocators: the upstream's granule (what the driver maps at a time); 0 for the peers.
   virtual std::size_t granule_bytes() const { return 0; }
+  // Peers that can tell: the most device memory they have held since they were made (after a
+  // synchronize), so a replay row can set their reserve beside gpumem's; nullopt: not known.
+  virtual std::optional<std::size_t> peak_reserved_bytes() { return std::nullopt; }
 };
 
 // Allocators are made one at a time and destroyed before the next, so their caches never compete

@@ -375,6 +375,12 @@ replay_run replay_passes(bench_allocator& a, const replay_plan& plan, int passes
   replay_run out;
   out.ops = plan.ops.size();
   const std::size_t granule = a.granule_bytes();
+  // The most bytes the trace holds at once (every pass starts from nothing): the peers' peak live.
+  std::uint64_t plan_peak_live = 0, live = 0;
+  for (const replay_plan::op& o : plan.ops) {
+    live = o.alloc ? live + o.size : live - std::min(live, o.size);
+    plan_peak_live = std::max(plan_peak_live, live);
+  }
   pool_stats before;  // gpumem's pool: its counters before this pass
   for (int i = 0; i < passes; ++i) {
     replay_pass& pass = out.passes.emplace_back();
@@ -386,7 +392,13 @@ replay_run replay_passes(bench_allocator& a, const replay_plan& plan, int passes
       failure = std::current_exception();
     }
     const double ns = elapsed_ns(t0);
-    // gpumem's pool: its figures at the pass's end, before what is left live goes.
+    // gpumem's pool: its figures at the pass's end, before what is left live goes. A peer that
+    // knows its peak reserved: that over the plan's peak live.
+    if (!a.is_gpumem()) {
+      a.synchronize();
+      if (const std::optional<std::size_t> peak = a.peak_reserved_bytes(); peak && *peak > 0 && plan_peak_live > 0)
+        pass.reserve = double(*peak) / double(plan_peak_live);
+    }
     if (const std::optional<pool_stats> st = a.gpumem_stats()) {
       pass.reserve = st->fragmentation();
       pass.peak_granules = granule ? (st->peak_reserved_bytes + granule - 1) / granule : 0;
@@ -432,6 +444,8 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
         cold.ops = warm.ops = run.ops;
         // The same every rep (placement depends on the trace alone): the last one's. The warm row
         // is the warm pass that moved the most granules, at the pool's peaks after the last.
+        cold.reserve_over_live = run.passes.front().reserve;
+        warm.reserve_over_live = run.passes.back().reserve;
         if (a.is_gpumem()) {
           const replay_pass& p0 = run.passes.front();
           cold.reserve_over_live = p0.reserve;
@@ -510,8 +524,8 @@ std::string to_json_line(const bench_result& r) {
   if (r.pattern == "replay" || r.pattern == "replay-warm") j["trace"] = r.trace;
   if (r.error.empty()) j[r.unit_key()] = six_digits(r.value);
   else j["error"] = r.error;
-  if (r.reserve_over_live > 0) {
-    j["peak_reserved_over_live"] = six_digits(r.reserve_over_live);
+  if (r.reserve_over_live > 0) j["peak_reserved_over_live"] = six_digits(r.reserve_over_live);
+  if (r.reserve_over_live > 0 && r.is_gpumem) {
     j["granules_moved"] = r.granules_moved;
     j["driver_granules"] = r.driver_granules;
   }

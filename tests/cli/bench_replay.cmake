@@ -44,3 +44,11 @@ add_test(NAME cli_bench_goals_json
   COMMAND $<TARGET_FILE:gpumem_cli> bench churn --simulate --reps 1 --json)
 set_tests_properties(cli_bench_goals_json PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\\{\"pattern\":\"goal\",\"goal\":\"churn_ns\",\"what\":\"churn: ns/op\",\"allocator\":\"gpumem-sim\",\"device\":\"simulated\",\"value\":[0-9.e+]+,\"unit\":\"ns/op\",\"compare\":\"<=\",\"bound\":80.0,\"met\":(true|false)}\n\\{\"pattern\":\"goal\",\"goal\":\"churn_reserve\",")
+
+# On a GPU: the peers that can tell (cudaMallocAsync's pool, CUB's cache) give their peak reserved /
+# peak live beside gpumem's, and cudaMallocAsync's first pass makes its goal measured. Skips (77)
+# without a GPU.
+add_test(NAME gpu_cli_bench_replay_peers_reserve
+  COMMAND sh -c "\"$0\" info >/dev/null 2>&1 || { echo 'no GPU: skipped'; exit 77; }; out=$(\"$0\" bench replay --reps 1 --traces \"$1\" --allocator gpumem-gpu --allocator cuda-malloc-async --allocator cub-caching --json) || exit 1; echo \"$out\"; for a in cuda-malloc-async cub-caching; do echo \"$out\" | grep -q \"\\\"pattern\\\":\\\"replay\\\",\\\"allocator\\\":\\\"$a\\\",[^}]*\\\"peak_reserved_over_live\\\":[1-9]\" || { echo \"no reserve for $a\"; exit 1; }; done; echo \"$out\" | grep -q '\"goal\":\"first_pass_vs_async\",[^}]*\"met\":\\(true\\|false\\)'"
+          $<TARGET_FILE:gpumem_cli> ${_br_trace})
+set_tests_properties(gpu_cli_bench_replay_peers_reserve PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)

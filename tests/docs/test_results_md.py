@@ -78,12 +78,14 @@ class ResultsMd(unittest.TestCase):
         newer = [rec("replay", "gpumem-gpu", 900.0, trace="bert.csv.gz", peak_reserved_over_live=1.015,
                      granules_moved=10, driver_granules=9, peak_granules=700, driver_maps=800),
                  rec("replay-warm", "gpumem-gpu", 30.0, trace="bert.csv.gz", peak_reserved_over_live=1.0182,
-                     granules_moved=2, driver_granules=1, peak_granules=700, passes=2)]
+                     granules_moved=2, driver_granules=1, peak_granules=700, passes=2),
+                 rec("replay", "cuda-malloc-async", 700.0, trace="bert.csv.gz", peak_reserved_over_live=1.272)]
         with tempfile.TemporaryDirectory() as d:
             write(d, "test.jsonl", [HEADER] + newer + goals)
             text = results_md.render(pathlib.Path(d))
         self.assertIn("then the median of the 2 warm passes after it", text)
         self.assertIn("| bert.csv.gz, first pass (gpumem-gpu) | 1.015 | 10 | 9 | 700 | 800 |", text)
+        self.assertIn("| bert.csv.gz, first pass (cuda-malloc-async) | 1.272 | – | – |  |  |", text)
         self.assertIn("**Goals of the default** (gpumem-gpu): 1 of 2 met, 1 not measured", text)
         self.assertIn("| bert.csv.gz: peak reserved / peak live | 1.018 | <= 1.03 x | met |", text)
         self.assertIn("| 16 threads: Mops/s | 12.5 | >= 50 Mops/s | **not met** |", text)

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cub/util_allocator.cuh>
 #include <new>
+#include <optional>
 
 #include "cuda_check.hpp"
 #include "gpumem/cuda/gpu_pool.hpp"
@@ -79,6 +80,11 @@ class cuda_malloc_async_allocator final : public gpu_bench_allocator {
     GPUMEM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool_, dev));
     std::uint64_t threshold = UINT64_MAX;
     GPUMEM_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+    // The device's pool outlives this object: start from nothing, and its high-water mark from now.
+    GPUMEM_CUDA_CHECK(cudaDeviceSynchronize());
+    GPUMEM_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+    std::uint64_t zero = 0;
+    GPUMEM_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReservedMemHigh, &zero));
   }
   ~cuda_malloc_async_allocator() override {
     cudaDeviceSynchronize();
@@ -92,6 +98,11 @@ class cuda_malloc_async_allocator final : public gpu_bench_allocator {
   }
   void free(void* p, std::size_t, stream_ref s) override {
     GPUMEM_CUDA_CHECK(cudaFreeAsync(p, to_cuda_stream(s)));
+  }
+  std::optional<std::size_t> peak_reserved_bytes() override {
+    std::uint64_t high = 0;
+    GPUMEM_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemHigh, &high));
+    return static_cast<std::size_t>(high);
   }
 
  private:
@@ -112,6 +123,14 @@ class cub_allocator final : public gpu_bench_allocator {
     return p;
   }
   void free(void* p, std::size_t, stream_ref) override { GPUMEM_CUDA_CHECK(cub_.DeviceFree(p)); }
+  // With no cap on cached bytes CUB gives nothing back, so what it holds now is its peak (requests
+  // over the largest bin bypass the cache and are not counted: none of the traces' are that big).
+  std::optional<std::size_t> peak_reserved_bytes() override {
+    int dev = 0;
+    GPUMEM_CUDA_CHECK(cudaGetDevice(&dev));
+    const auto it = cub_.cached_bytes.find(dev);
+    return it == cub_.cached_bytes.end() ? 0 : it->second.free + it->second.live;
+  }
 
  private:
   cub::CachingDeviceAllocator cub_;
