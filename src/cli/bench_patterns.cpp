@@ -448,14 +448,11 @@ std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& 
         warm.reserve_over_live = run.passes.back().reserve;
         if (a.is_gpumem()) {
           const replay_pass& p0 = run.passes.front();
-          cold.reserve_over_live = p0.reserve;
           cold.granules_moved = p0.moved;
           cold.driver_granules = p0.driver;
           cold.driver_maps = p0.driver_maps;
           cold.peak_granules = p0.peak_granules;
-          const replay_pass& last = run.passes.back();
-          warm.reserve_over_live = last.reserve;
-          warm.peak_granules = last.peak_granules;
+          warm.peak_granules = run.passes.back().peak_granules;
           warm.granules_moved = warm.driver_granules = 0;
           for (std::size_t i = 1; i < run.passes.size(); ++i) {
             warm.granules_moved = std::max(warm.granules_moved, run.passes[i].moved);
