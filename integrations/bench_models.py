@@ -276,10 +276,6 @@ def child_run(model, alloc, steps, result):
             # Every request of the run, for `gpumem replay` / `doctor` on a machine without a GPU.
             name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{model}-{alloc}")
             os.environ["GPUMEM_CONFIG"] = "trace=" + os.path.join(os.environ["GPUMEM_TRACE_DIR"], name + "-{pid}.csv")
-        if model == "resnet50_train":
-            import torchvision  # noqa: F401  (a missing package skips the model before CUDA starts)
-        else:
-            import transformers  # noqa: F401
         use_torch_allocator(alloc)  # first thing: before any CUDA allocation; gpumem: use() with no options
         if is_gpumem:
             import gpumem
@@ -495,9 +491,12 @@ def main():
         step = g.get("step_ms_median") / n["step_ms_median"] if g.get("ok") and n.get("step_ms_median") else None
         res = (g["peak_reserved_bytes"] / g["peak_allocated_bytes"]
                if g.get("ok") and g.get("peak_allocated_bytes") else None)
-        goals.append(goal_record(model, "step time / native's median", "model_step", step, GOAL_STEP, "x", device))
+        why = ("gpumem's run failed" if not g.get("ok") else "native's run failed" if not n.get("ok")
+               else "not measured")
+        goals.append(goal_record(model, "step time / native's median", "model_step", step, GOAL_STEP, "x", device,
+                                 why))
         goals.append(goal_record(model, "peak reserved / peak allocated", "model_reserve", res, GOAL_RESERVE, "x",
-                                 device))
+                                 device, why))
     for goal in goals:
         if json_out:
             json_out.write(json.dumps(goal) + "\n")
@@ -533,7 +532,7 @@ def main():
     for x in goals:
         value = f"{x['value']:.3f}" if "value" in x else "-"
         verdict = {True: "met", False: "NOT MET", None: "not measured"}[x["met"]]
-        note = f" ({x['note']})" if x.get("note") else ""
+        note = f" ({x['note']})" if x.get("note") and x["note"] != verdict else ""
         print(f"  {x['what']:<48}{value:>8}  {x['compare']} {x['bound']:.2f}  {verdict}{note}")
     return 0 if all_ok else 1
 
