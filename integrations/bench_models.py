@@ -1,25 +1,36 @@
 #!/usr/bin/env python3
-"""gpumem vs PyTorch's (and CuPy's) own caching allocator on real models: the integration test
-and benchmark for the GPU machine. No network, no downloads: models are built from configs with
-random weights, inputs are random tokens / images with fixed seeds.
+"""gpumem's default (`gpumem.torch.use()`, no options) against PyTorch's own caching allocator,
+plain and with expandable segments, on real models: the integration test and benchmark for the GPU
+machine. No network, no downloads: models are built from configs with random weights, inputs are
+random tokens / images with fixed seeds.
 
 Each (model, allocator) runs in a fresh subprocess (an allocator can only be chosen before the
-first CUDA allocation). The child times every step (torch.cuda.synchronize() around it), records
-peak allocated / peak reserved bytes and every step's loss / output checksum to a JSON file; the
-parent prints one JSON line per run, compares the two runs' outputs within tolerance, and ends
-with a table of ratios.
+first CUDA allocation; PYTORCH_CUDA_ALLOC_CONF is read when PyTorch sets its allocator up). The
+child times every step (torch.cuda.synchronize() around it), records peak allocated / peak reserved
+bytes and every step's loss / output checksum; the parent runs the allocators interleaved (native,
+gpumem, native-expandable, then the next round in reverse order) for as many rounds as --repeat and
+--budget-s allow, checks each run's outputs against native's within tolerance, and ends with one
+table per model: median step time over every round's steps after warm-up, peak reserved / peak
+allocated, both against native, and the default's goals (step time <= 1.00x native's median, peak
+reserved <= 1.03x peak allocated).
 
     PYTHONPATH=integrations/python GPUMEM_LIB=build/integrations \
-        python3 integrations/bench_models.py [--models resnet50_train,gpt2_train,...] [--steps N]
+        python3 integrations/bench_models.py [--models resnet50_train,...] [--repeat N] [--budget-s S]
+        [--json-out FILE]
 
-Models: resnet50_train, gpt2_train, bert_infer, llama_generate, cupy_ops.
+Models: resnet50_train, gpt2_train, bert_infer, llama_generate (the default set), and cupy_ops
+(CuPy's MemoryPool against gpumem.cupy.use()). A model whose packages are not installed
+(torchvision, transformers, cupy) is skipped with the reason, not failed.
 --peers adds PyTorch allocators that are not gpumem, each compared with native like gpumem:
 native-async (PyTorch's own cudaMallocAsync backend) and pluggable-async (the same cudaMallocAsync
 behind CUDAPluggableAllocator, libgpumem_pluggable_probe.so): their difference is what the pluggable
 interface itself costs a step, whatever allocator is behind it.
+--json-out FILE: every run's line, and the goals as JSON lines (pattern "goal", the schema of
+`gpumem bench`'s), for scripts/results_md.py goals.
 GPUMEM_TRACE_DIR=DIR: each gpumem run also records every request it served as a trace there
 (DIR/<model>-<allocator>-<pid>.csv, RMM's log CSV), for `gpumem replay` / `doctor` without a GPU.
-Exit status: 0 when every run finished and every comparison matched, 1 otherwise.
+Exit status: 0 when every run that was not skipped finished and every comparison matched (goals not
+met included: they are figures, in the table), 1 otherwise.
 """
 from __future__ import annotations
 
@@ -33,9 +44,10 @@ import sys
 import tempfile
 import time
 
-from fresh_runs import PEERS, child_env, gpumem_options, use_torch_allocator, wants_settle
+from fresh_runs import EXPANDABLE, PEERS, child_env, use_torch_allocator
 
 MODELS = ["resnet50_train", "gpt2_train", "bert_infer", "llama_generate", "cupy_ops"]
+DEFAULT_MODELS = ["resnet50_train", "gpt2_train", "bert_infer", "llama_generate"]
 DEFAULT_STEPS = {"resnet50_train": 20, "gpt2_train": 20, "bert_infer": 40, "llama_generate": 16,
                  "cupy_ops": 200}
 # Steps left out of the median: gpt2 and llama cycle through 10 and 8 shapes, so their first cycle
@@ -46,6 +58,12 @@ WARM_STEPS = {"resnet50_train": 3, "gpt2_train": 10, "bert_infer": 5, "llama_gen
 RTOL = {"resnet50_train": 5e-2, "gpt2_train": 5e-2, "bert_infer": 1e-2, "llama_generate": 0.0,
         "cupy_ops": 1e-5}
 CHILD_TIMEOUT_S = 120
+# The default's goals on live models: gpumem's median step time / native's, and gpumem's peak
+# reserved / peak allocated.
+GOAL_STEP = 1.00
+GOAL_RESERVE = 1.03
+# Packages a model needs beyond torch: without them the model is skipped, not failed.
+OPTIONAL_PACKAGES = ("torchvision", "transformers", "cupy", "numpy")
 
 
 # ------------------------------------------------------------------------------------------ child
@@ -53,7 +71,6 @@ CHILD_TIMEOUT_S = 120
 # of driver time on a GPU), so a slow step can be told apart from a slow allocator.
 STEP_GRANULES: list = []
 _granule_probe = None
-_settle = None  # gpumem.settle for a "settle=1" run: called where each step ends, outside its time
 
 
 def _granules_now():
@@ -72,8 +89,6 @@ def _sync_time(torch, fn):
     ms = (time.perf_counter() - t0) * 1e3
     if _granule_probe:
         STEP_GRANULES.append(_granules_now() - g0)
-    if _settle:
-        _settle()
     return ms, out
 
 
@@ -221,15 +236,26 @@ def run_cupy_ops(cp, steps, stats_fn):
 
 
 def child(model, alloc, steps, out_path):
-    t_start = time.perf_counter()
     result = {"model": model, "allocator": alloc, "steps": steps}
-    global _granule_probe, _settle
-    is_gpumem = alloc.startswith("gpumem")
+    try:
+        child_run(model, alloc, steps, result)
+    except ImportError as e:
+        if (e.name or "").split(".")[0] not in OPTIONAL_PACKAGES:
+            raise
+        result.update(ok=False, skipped=f"{e.name} is not installed")
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+def child_run(model, alloc, steps, result):
+    t_start = time.perf_counter()
+    global _granule_probe
+    is_gpumem = alloc == "gpumem"
     if model == "cupy_ops":
         if is_gpumem:
             import gpumem
             import gpumem.cupy
-            gpumem.cupy.use(**gpumem_options(alloc))
+            gpumem.cupy.use()
         import cupy as cp
         pool = cp.get_default_memory_pool()
         if is_gpumem:
@@ -250,13 +276,11 @@ def child(model, alloc, steps, out_path):
             # Every request of the run, for `gpumem replay` / `doctor` on a machine without a GPU.
             name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{model}-{alloc}")
             os.environ["GPUMEM_CONFIG"] = "trace=" + os.path.join(os.environ["GPUMEM_TRACE_DIR"], name + "-{pid}.csv")
-        use_torch_allocator(alloc)  # first thing: before any CUDA allocation
+        use_torch_allocator(alloc)  # first thing: before any CUDA allocation; gpumem: use() with no options
         if is_gpumem:
             import gpumem
             import gpumem.torch
             _granule_probe = gpumem.stats
-            if wants_settle(alloc):
-                _settle = gpumem.settle
         import torch
         fn = globals()["run_" + model]
         times, values = fn(torch, steps)
@@ -276,19 +300,17 @@ def child(model, alloc, steps, out_path):
         result.update(step_granules=STEP_GRANULES)
     result.update(step_ms_median=statistics.median(steady), step_ms=[round(t, 3) for t in times],
                   values=values, wall_s=round(time.perf_counter() - t_start, 2), ok=True)
-    with open(out_path, "w") as f:
-        json.dump(result, f)
 
 
 # ----------------------------------------------------------------------------------------- parent
-def run_one(model, alloc, steps):
+def run_one(model, alloc, steps, timeout_s=CHILD_TIMEOUT_S):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         path = tmp.name
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, "--alloc", alloc,
            "--steps", str(steps), "--out", path]
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=child_env(alloc))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=child_env(alloc))
         rc, err = r.returncode, r.stderr
     except subprocess.TimeoutExpired as e:
         rc, err = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -350,22 +372,31 @@ def fmt_ratio(x, y):
     return f"{x / y:.3f}" if x and y else "-"
 
 
+def goal_record(model, what, goal, value, bound, unit, device, why="not measured"):
+    """A goal line in `gpumem bench`'s schema; value None: not measured, `why` says why."""
+    return {"pattern": "goal", "goal": goal, "what": f"{model}: {what}", "allocator": "gpumem",
+            "device": device or "gpu", "param": model, **({"value": round(value, 6)} if value is not None else {}),
+            "unit": unit, "compare": "<=", "bound": bound, "met": None if value is None else value <= bound,
+            **({} if value is not None else {"note": why})}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ",".join(MODELS))
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated: " + ",".join(MODELS))
     ap.add_argument("--steps", type=int, default=0, help="steps per model (default: per model)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--variants", default="",
-                    help="more gpumem runs with pool options, ';'-separated, e.g. "
-                         "'idle_budget=0.1;idle_budget=0.25' (each row is compared with native)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="runs per allocator, interleaved (native, gpumem, native, gpumem, ...): the H200's "
-                         "step times drift by several %% between runs, so one run each can mislead")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds of runs, each round every allocator once per model, interleaved (reversed every "
+                         "other round): step times drift by several %% between runs, so one run each can mislead")
+    ap.add_argument("--budget-s", type=float, default=210,
+                    help="wall time for the whole benchmark: no round starts past it but the first, and the first "
+                         "skips the models it cannot start in time, all but its first (default 210)")
     ap.add_argument("--peers", default="",
                     help="comma-separated allocators that are not gpumem, also compared with native: " + ",".join(PEERS))
     ap.add_argument("--resnet-batch", type=int, default=RESNET_BATCH,
                     help="ResNet-50's batch (32: steps bound by the host's kernel launches on the H200; "
                          "128 and up: by the GPU)")
+    ap.add_argument("--json-out", help="every run's line and the goals, as JSON lines, to this file")
     ap.add_argument("--alloc", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -381,56 +412,128 @@ def main():
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     if any(p not in PEERS for p in peers):
         ap.error(f"unknown peers: {[p for p in peers if p not in PEERS]}; known: {PEERS}")
-    allocs = ["native", "gpumem"] + ["gpumem:" + v.strip() for v in args.variants.split(";") if v.strip()] + peers
-    rows, all_ok = [], True
-    for model in models:
-        steps = args.steps or DEFAULT_STEPS[model]
-        runs = {}
-        if model == "cupy_ops":
-            # CuPy compiles kernels on first use and caches them on disk: a throwaway run first, so
-            # neither measured run pays for compiling.
-            run_one(model, "native", steps)
-        model_allocs = [a for a in allocs if not (model == "cupy_ops" and a in PEERS)]  # PyTorch's only
-        for rep in range(max(1, args.repeat)):
-            for alloc in model_allocs:
-                res = run_one(model, alloc, steps)
-                line = {k: v for k, v in res.items() if k not in ("values", "step_ms", "step_granules")}
-                print(json.dumps(dict(line, repeat=rep)), flush=True)
-                print(json.dumps({"model": model, "allocator": alloc, "repeat": rep, "step_ms": res.get("step_ms"),
-                                  "step_granules": res.get("step_granules")}), flush=True)
+    json_out = open(args.json_out, "w") if args.json_out else None
+
+    def emit(obj):
+        line = json.dumps(obj)
+        print(line, flush=True)
+        if json_out:
+            json_out.write(line + "\n")
+            json_out.flush()
+
+    allocs = ["native", "gpumem", EXPANDABLE] + peers
+    model_allocs = {m: [a for a in allocs if not (m == "cupy_ops" and (a in PEERS or a == EXPANDABLE))] for m in models}
+    runs = {m: {} for m in models}
+    skipped = {}   # model -> why
+    all_ok = True
+    t0 = time.monotonic()
+    round_s = 0.0
+    rounds = 0
+    for rep in range(max(1, args.repeat)):
+        elapsed = time.monotonic() - t0
+        if rep and elapsed + round_s > args.budget_s:
+            print(f"bench_models: {rounds} round(s) in {elapsed:.0f} s; another would pass --budget-s "
+                  f"{args.budget_s:g}", file=sys.stderr, flush=True)
+            break
+        r0 = time.monotonic()
+        for model in models:
+            if model in skipped:
+                continue
+            if time.monotonic() - t0 > args.budget_s and (rep or any(runs.values())):
+                if not rep:
+                    skipped[model] = f"no time left in --budget-s {args.budget_s:g}"
+                continue
+            steps = args.steps or DEFAULT_STEPS[model]
+            if model == "cupy_ops" and not rep:
+                # CuPy compiles kernels on first use and caches them on disk: a throwaway run first, so
+                # no measured run pays for compiling.
+                run_one(model, "native", steps)
+            order = model_allocs[model] if rep % 2 == 0 else model_allocs[model][::-1]
+            for alloc in order:
+                left = args.budget_s - (time.monotonic() - t0)
+                res = run_one(model, alloc, steps, timeout_s=max(30.0, min(CHILD_TIMEOUT_S, left + 60)))
+                if res.get("skipped"):
+                    skipped[model] = res["skipped"]
+                    emit({"model": model, "allocator": alloc, "skipped": res["skipped"]})
+                    break
+                line = {k: v for k, v in res.items() if k not in ("values", "step_ms", "step_granules", "gpumem_stats")}
+                emit(dict(line, repeat=rep))
                 all_ok &= bool(res.get("ok"))
-                runs.setdefault(alloc, []).append(res)
-        runs = {alloc: merge_runs(model, rs) for alloc, rs in runs.items()}
-        n = runs["native"]
-        for alloc in model_allocs[1:]:
-            g = runs[alloc]
-            match, diff = compare(model, n, g) if n.get("ok") and g.get("ok") else (False, None)
-            all_ok &= match
-            print(json.dumps({"model": model, "allocator": alloc, "compare": "outputs", "match": match,
-                              "max_rel_diff": diff, "rtol": RTOL[model]}), flush=True)
-            label = model if alloc == "gpumem" else f"{model} [{alloc.removeprefix('gpumem:')}]"
-            rows.append((label, n, g, match, diff))
+                runs[model].setdefault(alloc, []).append(res)
+        rounds += 1
+        round_s = time.monotonic() - r0
+
+    goals, tables = [], []
+    for model in models:
+        if model in skipped:
+            goals.append(goal_record(model, "step time / native's median", "model_step", None, GOAL_STEP, "x", None,
+                                     skipped[model]))
+            goals.append(goal_record(model, "peak reserved / peak allocated", "model_reserve", None, GOAL_RESERVE,
+                                     "x", None, skipped[model]))
+            continue
+        merged = {alloc: merge_runs(model, rs) for alloc, rs in runs[model].items()}
+        n = merged.get("native", {})
+        rows = []
+        for alloc in model_allocs[model]:
+            g = merged.get(alloc)
+            if g is None:
+                continue
+            match, diff = (True, 0.0) if alloc == "native" else (
+                compare(model, n, g) if n.get("ok") and g.get("ok") else (False, None))
+            if alloc != "native":
+                all_ok &= match
+                emit({"model": model, "allocator": alloc, "compare": "outputs", "match": match,
+                      "max_rel_diff": diff, "rtol": RTOL[model]})
+            rows.append((alloc, g, match))
+        tables.append((model, n, rows))
+        g = merged.get("gpumem", {})
+        device = g.get("device")
+        step = g.get("step_ms_median") / n["step_ms_median"] if g.get("ok") and n.get("step_ms_median") else None
+        res = (g["peak_reserved_bytes"] / g["peak_allocated_bytes"]
+               if g.get("ok") and g.get("peak_allocated_bytes") else None)
+        why = ("gpumem's run failed" if not g.get("ok") else "native's run failed" if not n.get("ok")
+               else "not measured")
+        goals.append(goal_record(model, "step time / native's median", "model_step", step, GOAL_STEP, "x", device,
+                                 why))
+        goals.append(goal_record(model, "peak reserved / peak allocated", "model_reserve", res, GOAL_RESERVE, "x",
+                                 device, why))
+    for goal in goals:
+        if json_out:
+            json_out.write(json.dumps(goal) + "\n")
+    if json_out:
+        json_out.close()
 
     print()
-    hdr = (f"{'model':<34}{'native ms':>11}{'gpumem ms':>11}{'time g/n':>10}"
-           f"{'n res/alloc':>13}{'g res/alloc':>13}{'res g/n':>9}{'gran/step':>10}{'outputs':>10}")
+    print(f"bench_models: {rounds} round(s) of interleaved runs in {time.monotonic() - t0:.0f} s; step ms: the median "
+          "of every round's steps after warm-up")
+    hdr = (f"{'model':<16}{'allocator':<20}{'runs':>5}{'step ms':>10}{'vs native':>11}{'peak res MiB':>14}"
+           f"{'res/alloc':>11}{'res vs native':>15}{'gran/step':>11}{'outputs':>9}")
     print(hdr)
     print("-" * len(hdr))
-    for model, n, g, match, diff in rows:
-        nm, gm = n.get("step_ms_median"), g.get("step_ms_median")
-        print(f"{model:<34}{(f'{nm:.2f}' if nm else '-'):>11}{(f'{gm:.2f}' if gm else '-'):>11}"
-              f"{fmt_ratio(gm, nm):>10}"
-              f"{fmt_ratio(n.get('peak_reserved_bytes'), n.get('peak_allocated_bytes')):>13}"
-              f"{fmt_ratio(g.get('peak_reserved_bytes'), g.get('peak_allocated_bytes')):>13}"
-              f"{fmt_ratio(g.get('peak_reserved_bytes'), n.get('peak_reserved_bytes')):>9}"
-              f"{steady_granules(g):>10}"
-              f"{('same' if match else 'FAILED' if not (n.get('ok') and g.get('ok')) else 'DIFFER'):>10}")
-    print("\nRows [native-async] and [pluggable-async] are those peers in the gpumem columns."
-          "\ntime g/n: median step time gpumem / native (after warm-up); res/alloc: peak reserved /"
-          " peak allocated; res g/n: gpumem peak reserved / native peak reserved. cupy_ops' native"
-          " is CuPy's MemoryPool (reserved = total_bytes(), sampled per iteration). gran/step: granules"
-          " the driver mapped + unmapped for gpumem per step after warm-up (tens of µs each; a granule"
-          " moved back where it was still mapped costs none).")
+    for model, n, rows in tables:
+        for alloc, g, match in rows:
+            ms = g.get("step_ms_median")
+            mib = g.get("peak_reserved_bytes")
+            out = "-" if alloc == "native" else "same" if match else "FAILED" if not g.get("ok") else "DIFFER"
+            print(f"{model:<16}{alloc:<20}{g.get('runs', 0) if g.get('ok') else 0:>5}{(f'{ms:.2f}' if ms else '-'):>10}"
+                  f"{fmt_ratio(ms, n.get('step_ms_median')):>11}{(f'{mib / 2**20:,.0f}' if mib else '-'):>14}"
+                  f"{fmt_ratio(g.get('peak_reserved_bytes'), g.get('peak_allocated_bytes')):>11}"
+                  f"{fmt_ratio(g.get('peak_reserved_bytes'), n.get('peak_reserved_bytes')):>15}"
+                  f"{(steady_granules(g) if alloc == 'gpumem' else '-'):>11}{out:>9}")
+    for model, why in skipped.items():
+        print(f"{model:<16}skipped: {why}")
+    print("\nvs native: median step time / native's; res/alloc: peak reserved / peak allocated (gpumem: requested"
+          " bytes live); res vs native: peak reserved / native's. cupy_ops' native is CuPy's MemoryPool (reserved ="
+          " total_bytes(), sampled per iteration). gran/step: granules the driver mapped + unmapped for gpumem per"
+          " step after warm-up.")
+    met = sum(1 for x in goals if x["met"])
+    measured = sum(1 for x in goals if x["met"] is not None)
+    print(f"\ngoals of the default (gpumem.torch.use() with no options): {met} of {measured} met")
+    for x in goals:
+        value = f"{x['value']:.3f}" if "value" in x else "-"
+        verdict = {True: "met", False: "NOT MET", None: "not measured"}[x["met"]]
+        note = f" ({x['note']})" if x.get("note") and x["note"] != verdict else ""
+        print(f"  {x['what']:<48}{value:>8}  {x['compare']} {x['bound']:.2f}  {verdict}{note}")
     return 0 if all_ok else 1
 
 

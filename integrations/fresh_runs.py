@@ -1,8 +1,9 @@
 """What the benchmark scripts here share: naming an allocator ("native", "gpumem", gpumem with pool
-options, "gpumem:idle_budget=0.1,upstream=device", or a peer that is not gpumem: "native-async",
-PyTorch's own cudaMallocAsync backend, and "pluggable-async", the same cudaMallocAsync behind
-PyTorch's pluggable interface), installing it in a fresh process, and running one child process per
-allocator, interleaved, each printing one JSON line last."""
+options, "gpumem:upstream=device", "native-expandable", PyTorch's own allocator with expandable
+segments, or a peer that is not gpumem: "native-async", PyTorch's own cudaMallocAsync backend, and
+"pluggable-async", the same cudaMallocAsync behind PyTorch's pluggable interface), installing it in
+a fresh process, and running one child process per allocator, interleaved, each printing one JSON
+line last."""
 import json
 import os
 import subprocess
@@ -11,6 +12,8 @@ import sys
 # Allocators that are not gpumem, compared with native like gpumem. Their difference is what
 # CUDAPluggableAllocator itself costs, whatever allocator is behind it.
 PEERS = ["native-async", "pluggable-async"]
+# PyTorch's own allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF), set before the child starts.
+EXPANDABLE = "native-expandable"
 PROBE_LIB = "libgpumem_pluggable_probe.so"  # built beside libgpumem_torch.so (integrations/CMakeLists.txt)
 
 
@@ -38,6 +41,10 @@ def child_env(alloc):
     env = dict(os.environ)
     if alloc == "native-async":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    elif alloc == EXPANDABLE:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    elif alloc == "native" or alloc.startswith("gpumem"):
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # PyTorch's defaults, whatever the caller's shell set
     return env
 
 

@@ -3,8 +3,9 @@
 
 Each bench/results/*.jsonl file holds the current runs of one device model: a header line
   {"record": "run", "device": ..., "commit": ..., "date": ..., "command": ..., "cpu": ...}
-followed by the JSON lines `gpumem bench --json` (or --json-out) wrote for that run. A file may hold
-several runs (a header each), e.g. one per pool policy. RESULTS.md holds one section per file.
+followed by the JSON lines `gpumem bench --json` (or --json-out) wrote for that run: the figures, and
+(from runs that have them) the default's goals (pattern "goal"). A file may hold several runs (a
+header each). RESULTS.md holds one section per file.
 
   python3 scripts/results_md.py                  write bench/RESULTS.md
   python3 scripts/results_md.py --check          exit 1 if bench/RESULTS.md is not what it would write
@@ -12,6 +13,10 @@ several runs (a header each), e.g. one per pool policy. RESULTS.md holds one sec
       --commit SHA --command "gpumem bench all ..." [--date YYYY-MM-DD] [--cpu MODEL] [--append] < run.jsonl
                                                  store a run (replacing the file's runs unless --append);
                                                  --info info.json (`gpumem info --json`) names the device
+  python3 scripts/results_md.py goals out/bench.jsonl out/models.jsonl
+                                                 one short table of the goal lines in those files (`gpumem
+                                                 bench --json-out`, integrations/bench_models.py --json-out):
+                                                 a row per goal, a cell per trace / size / model
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HEADER_KEYS = ("device", "commit", "date", "command")
 FIGURE_KEYS = {"pair": "ns_per_pair", "churn": "ns_per_op", "threads": "mops_per_s",
-               "replay": "ns_per_op", "replay-warm": "ns_per_op"}
+               "replay": "ns_per_op", "replay-warm": "ns_per_op", "goal": "value"}
 
 
 class InputError(Exception):
@@ -80,6 +85,17 @@ def check_record(obj: dict, where: str) -> None:
         raise InputError(f"{where}: unknown pattern {pattern!r} (expected one of {', '.join(FIGURE_KEYS)})")
     if not isinstance(obj.get("allocator"), str):
         raise InputError(f"{where}: no allocator")
+    if pattern == "goal":
+        # A goal read off the figures: measured (value, met true/false) or not (met null, a note).
+        if not isinstance(obj.get("goal"), str) or not isinstance(obj.get("what"), str):
+            raise InputError(f"{where}: a goal record without goal and what")
+        if obj.get("compare") not in ("<=", ">=") or not isinstance(obj.get("bound"), (int, float)):
+            raise InputError(f"{where}: a goal record without compare (<= or >=) and bound")
+        if "met" not in obj or obj["met"] not in (True, False, None):
+            raise InputError(f"{where}: a goal record without met (true, false or null)")
+        if obj["met"] is not None and "note" not in obj and not isinstance(obj.get("value"), (int, float)):
+            raise InputError(f"{where}: a measured goal record without value")
+        return
     if "error" not in obj and not isinstance(obj.get(FIGURE_KEYS[pattern]), (int, float)):
         raise InputError(f"{where}: a {pattern} record without {FIGURE_KEYS[pattern]}")
     param = {"pair": "size_bytes", "threads": "threads", "replay": "trace", "replay-warm": "trace"}.get(pattern)
@@ -140,6 +156,9 @@ def run_section(run: dict) -> list[str]:
     reps = sorted({int(r["reps"]) for r in records if "reps" in r})
     options = sorted({r["pool_options"] for r in records if r.get("pool_options")})
 
+    goals = [r for r in records if r["pattern"] == "goal"]
+    records = [r for r in records if r["pattern"] != "goal"]
+
     out = [f"### {h['date']} — `{h['commit']}`", ""]
     out.append(f"Command: `{h['command']}`")
     out.append("")
@@ -194,13 +213,16 @@ def run_section(run: dict) -> list[str]:
             rows.append(row)
         return rows
 
+    passes = max((int(r.get("passes", 0)) for r in records), default=0)
+    replay_title = ("Replay (ns per op): the first pass on a fresh allocator, then a warm second pass" if not passes
+                    else f"Replay (ns per op): the first pass on a fresh allocator, then the median of the {passes} "
+                         "warm passes after it")
     sections = [
         ("Alloc+free pair (ns per pair)", ("pair",), "size_bytes", lambda p, v: size_text(int(v))),
         ("Churn: 1,000 live blocks, 256 B – 64 MiB (ns per op)", ("churn",), None, lambda p, v: "churn"),
         ("Threads, each on its own stream (Mops/s, higher is better)", ("threads",), "threads",
          lambda p, v: f"{v} threads" if v != 1 else "1 thread"),
-        ("Replay (ns per op): the first pass on a fresh allocator, then a warm second pass",
-         ("replay", "replay-warm"), "trace", lambda p, v: f"{v}, {'warm' if p == 'replay-warm' else 'first pass'}"),
+        (replay_title, ("replay", "replay-warm"), "trace", lambda p, v: f"{v}, {'warm' if p == 'replay-warm' else 'first pass'}"),
     ]
     ratio_head = [f"{ours[0]} vs best peer"] if ours and peers else []
     for title, patterns, param, label in sections:
@@ -214,17 +236,48 @@ def run_section(run: dict) -> list[str]:
 
     # What gpumem's speed cost in memory, and in driver work.
     mem = [r for r in records if is_gpumem(r["allocator"]) and "peak_reserved_over_live" in r]
+    # Peers that report their reserve (newer runs: cudaMallocAsync's pool, CUB's cache) follow gpumem's rows.
+    peer_mem = [r for r in records if not is_gpumem(r["allocator"]) and "peak_reserved_over_live" in r]
+    mem += peer_mem
     if mem:
-        out.append("**gpumem's reserve and driver work** (peak reserved / peak live; granules mapped + "
-                   "unmapped over the pattern, and of those, by the driver)")
+        # Runs that record the peak in granules (and the driver's maps of the first pass) get two
+        # more columns; a warm row's granules are then those of the warm pass that moved the most.
+        granules = any("peak_granules" in r for r in mem)
+        out.append(("**Reserve and driver work** (peak reserved / peak live, gpumem's and the peers' that report it; "
+                    if peer_mem else "**gpumem's reserve and driver work** (peak reserved / peak live; ")
+                   + "granules mapped + unmapped over the pattern, and of those, by the driver"
+                   + ("; a warm row: the warm pass that moved the most)" if granules else ")"))
         out.append("")
         rows = []
         for r in mem:
             what = {"churn": "churn", "threads": f"threads {r.get('threads')}",
                     "replay": f"{r.get('trace')}, first pass", "replay-warm": f"{r.get('trace')}, warm"}[r["pattern"]]
-            rows.append([f"{what} ({r['allocator']})", f"{float(r['peak_reserved_over_live']):.3f}",
-                         f"{int(r.get('granules_moved', 0)):,}", f"{int(r.get('driver_granules', 0)):,}"])
-        out += table(["", "reserve", "granules moved", "by the driver"], rows)
+            moved = [f"{int(r.get('granules_moved', 0)):,}", f"{int(r.get('driver_granules', 0)):,}"]
+            row = [f"{what} ({r['allocator']})", f"{float(r['peak_reserved_over_live']):.3f}"]
+            row += moved if is_gpumem(r["allocator"]) else ["–", "–"]
+            if granules:
+                row += [f"{int(r['peak_granules']):,}" if "peak_granules" in r else "",
+                        f"{int(r['driver_maps']):,}" if "driver_maps" in r else ""]
+            rows.append(row)
+        out += table(["", "reserve", "granules moved", "by the driver"]
+                     + (["peak's granules", "mapped by the driver"] if granules else []), rows)
+        out.append("")
+
+    if goals:
+        met = sum(1 for g in goals if g["met"] is True)
+        measured = sum(1 for g in goals if g["met"] is not None)
+        out.append(f"**Goals of the default** ({goals[0]['allocator']}): {met} of {measured} met"
+                   + (f", {len(goals) - measured} not measured" if measured < len(goals) else ""))
+        out.append("")
+        rows = []
+        for g in goals:
+            v = g.get("value")
+            value = "–" if not isinstance(v, (int, float)) else num(v) if v >= 1000 else f"{v:.4g}"
+            verdict = {True: "met", False: "**not met**", None: "not measured"}[g["met"]]
+            if g.get("note"):
+                verdict += f" ({g['note']})"
+            rows.append([g["what"], value, f"{g['compare']} {g['bound']:g} {g.get('unit', '')}".rstrip(), verdict])
+        out += table(["figure", "value", "goal", ""], rows)
         out.append("")
 
     errors = [r for r in records if "error" in r]
@@ -318,6 +371,72 @@ def cmd_record(args) -> int:
     return 0
 
 
+# One row per goal: what it measures, without the trace / size / model its cells name.
+GOAL_LABELS = {
+    "reserve": "peak reserved / peak live",
+    "first_pass_granules": "first pass: granules mapped / peak's",
+    "warm_granules": "warm pass: granules moved, % of peak's",
+    "warm_ns": "warm pass: ns/op",
+    "first_pass_vs_async": "first pass: ns/op / cudaMallocAsync's",
+    "pair_ns": "pair: ns per alloc+free",
+    "churn_ns": "churn: ns/op",
+    "churn_reserve": "churn: peak reserved / peak live",
+    "threads_mops": "16 threads: Mops/s",
+    "threads_scaling": "16 threads / 1 thread",
+    "model_step": "model step time / native's",
+    "model_reserve": "model peak reserved / allocated",
+}
+
+
+def goals_table(goals: list[dict]) -> list[str]:
+    """The goal lines as one short table: a row per goal, a cell per trace / size / model (`*`: not
+    met, `n/a`: not measured), and a count."""
+    rows: dict = {}
+    for g in goals:
+        rows.setdefault(g["goal"], []).append(g)
+    width = max([len(GOAL_LABELS.get(k, k)) for k in rows] + [4])
+    out = [f"{'goal':<{width}}  {'bound':<9} {'met':>5}  values (* not met)"]
+    for key, gs in rows.items():
+        cells = []
+        for g in gs:
+            param = str(g.get("param") or "")
+            for suffix in (".csv.gz", ".csv"):
+                param = param.removesuffix(suffix)
+            v = g.get("value")
+            value = "n/a" if g["met"] is None else f"{v:.4g}" if isinstance(v, (int, float)) else "error"
+            cells.append(f"{param + ' ' if param else ''}{value}{'*' if g['met'] is False else ''}")
+        met = sum(1 for g in gs if g["met"] is True)
+        measured = sum(1 for g in gs if g["met"] is not None)
+        out.append(f"{GOAL_LABELS.get(key, key):<{width}}  {g['compare'] + ' ' + format(g['bound'], 'g'):<9} "
+                   f"{f'{met}/{measured}':>5}  {', '.join(cells)}")
+    met = sum(1 for g in goals if g["met"] is True)
+    measured = sum(1 for g in goals if g["met"] is not None)
+    notes = sorted({g["note"] for g in goals if g["met"] is None and g.get("note")})
+    out.append(f"goals met: {met} of {measured} measured" + (f"; not measured: {'; '.join(notes)}" if notes else ""))
+    return out
+
+
+def cmd_goals(args) -> int:
+    goals = []
+    for name in args.files:
+        try:
+            with open(name, encoding="utf-8") as f:
+                for where, obj in json_objects(f, name):
+                    if obj.get("pattern") == "goal":
+                        check_record(obj, where)
+                        goals.append(obj)
+        except FileNotFoundError:
+            print(f"({name}: not there; its step did not run)")
+        except (InputError, OSError) as e:
+            print(f"results_md.py goals: {e}", file=sys.stderr)
+            return 2
+    if not goals:
+        print("no goal lines in " + ", ".join(args.files))
+        return 0
+    print("\n".join(goals_table(goals)))
+    return 0
+
+
 def cmd_generate(args) -> int:
     results_dir = pathlib.Path(args.results)
     target = pathlib.Path(args.output)
@@ -361,6 +480,10 @@ def main(argv=None) -> int:
         p.add_argument("--append", action="store_true", help="add the run to the file's runs instead of replacing them")
         p.add_argument("--input", help="the JSON lines of gpumem bench (default: stdin)")
         return cmd_record(p.parse_args(argv[1:]))
+    if argv[:1] == ["goals"]:
+        p = argparse.ArgumentParser(prog="results_md.py goals", description="the goal lines of bench runs, one short table")
+        p.add_argument("files", nargs="+", help="JSON lines of `gpumem bench --json-out` or bench_models.py --json-out")
+        return cmd_goals(p.parse_args(argv[1:]))
     p = argparse.ArgumentParser(prog="results_md.py", description="write bench/RESULTS.md from bench/results/*.jsonl")
     p.add_argument("--check", action="store_true", help="only compare: exit 1 if the file differs from what would be written")
     p.add_argument("--results", default=str(ROOT / "bench" / "results"), help="folder of the stored runs")

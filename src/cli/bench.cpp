@@ -1,9 +1,11 @@
 // `gpumem bench [pair|churn|threads|replay|all] [--simulate] [--json] [--json-out FILE] [--reps N]`: host-side
-// speed of gpumem's pool against its peers, on the same patterns in the same process (issue
-// "Speed"; patterns in bench_patterns.hpp). With a GPU (CUDA build): gpumem's gpu_pool, cudaMalloc,
-// cudaMallocAsync and CUB's CachingDeviceAllocator. Without one, or with --simulate: gpumem's pool
-// on the simulated device next to glibc malloc. More peers from shared libraries (--peer-lib,
-// include/gpumem/bench_peer.h): PyTorch's caching allocator is bench/torch/torch_peer.cpp.
+// speed of gpumem's pool, with the default options (the product: bench measures no other), against
+// its peers, on the same patterns in the same process (patterns in bench_patterns.hpp), and the
+// default's goals read off those figures (bench_goals.hpp). With a GPU (CUDA build): gpumem's
+// gpu_pool, cudaMalloc, cudaMallocAsync and CUB's CachingDeviceAllocator. Without one, or with
+// --simulate: gpumem's pool on the simulated device next to glibc malloc. More peers from shared
+// libraries (--peer-lib, include/gpumem/bench_peer.h): PyTorch's caching allocator is
+// bench/torch/torch_peer.cpp.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -16,15 +18,14 @@
 #include <thread>
 #include <utility>
 
-#include "gpumem/pool_option_table.hpp"
 #include "gpumem/trace.hpp"
 #include "bench_allocators.hpp"
+#include "bench_goals.hpp"
 #include "bench_patterns.hpp"
 #include "bench_peer_plugin.hpp"
 #include "command.hpp"
 #include "errors.hpp"
 #include "host_speed.hpp"
-#include "pool_option_args.hpp"
 #include "progress.hpp"
 #include "trace_input.hpp"
 
@@ -42,12 +43,11 @@ struct bench_args {
   std::string json_out;  // --json-out: the JSON lines to this file, the tables to stdout
   int reps = 5;
   int rounds = 1;  // --rounds: the whole sweep this many times, allocators in turn
+  int passes = 3;  // --passes: replay passes per allocator, the first and the warm ones
   std::vector<std::string> traces;
   std::vector<std::string> allocators;
   std::vector<std::string> peer_libs;  // --peer-lib
   bool no_auto_peers = false;          // --no-auto-peers
-  pool_options pool;  // --idle-budget, --grow-before-reclaim, --max-handle-bytes
-  bool settle = false;  // --settle
 };
 
 // The bundled example traces: installed beside the executable (PREFIX/share/gpumem/examples for
@@ -116,8 +116,7 @@ void print_tables(const std::vector<bench_result>& results, int reps, int rounds
   for (const auto& r : results)
     if (r.is_gpumem && std::find(ours.begin(), ours.end(), r.allocator) == ours.end()) {
       ours.push_back(r.allocator);
-      // Which policy the figures are of: a table read later should not need the command line.
-      fmt::print("{}: pool options {}\n", r.allocator, r.pool_options.empty() ? "the defaults" : r.pool_options);
+      fmt::print("{}: the default pool options\n", r.allocator);
     }
 
   for (const auto& pat : patterns) {
@@ -150,7 +149,7 @@ void print_tables(const std::vector<bench_result>& results, int reps, int rounds
     if (pat == "churn") title += " (1000 live blocks, 256 B - 64 MiB)";
     if (pat == "threads") title += " (200 live blocks of 256 B - 1 MiB per thread, own stream each)";
     if (pat == "replay") title += " (first pass on a fresh allocator: growth included)";
-    if (pat == "replay-warm") title += " (a second pass on the same allocator)";
+    if (pat == "replay-warm") title += " (the later passes on the same allocator)";
     const std::string how = rounds > 1 ? fmt::format("median of {} rounds, each the median of up to {} runs", rounds, reps)
                                        : fmt::format("median of up to {} runs", reps);
     fmt::print("\n{}: {}, {}; ratio = how many times faster gpumem is\n", title, unit, how);
@@ -179,15 +178,25 @@ void print_tables(const std::vector<bench_result>& results, int reps, int rounds
       }
       fmt::print("\n");
     }
-    // What gpumem's speed cost in memory, beside it: peak reserved / peak live and granules moved.
+    // What gpumem's speed cost in memory, beside it: peak reserved / peak live and granules the
+    // driver mapped or unmapped (a warm row: in the warm pass that moved the most).
     for (const auto& o : ours) {
       std::string line;
       for (const auto& p : params)
         if (auto it = cell.find({p, o}); it != cell.end() && it->second->reserve_over_live > 0)
           line += fmt::format("{}{} {:.3f} ({})", line.empty() ? "" : ", ", p.empty() ? pat : p,
-                              it->second->reserve_over_live, it->second->granules_moved);
+                              it->second->reserve_over_live, it->second->driver_granules);
       if (!line.empty())
-        fmt::print("  {}: peak reserved / peak live (granules moved): {}\n", o, line);
+        fmt::print("  {}: peak reserved / peak live (granules the driver mapped or unmapped): {}\n", o, line);
+    }
+    // The peers that can tell (cudaMallocAsync's pool, CUB's cache): their peak reserved / peak live.
+    for (const auto& c : cols) {
+      if (std::find(ours.begin(), ours.end(), c) != ours.end()) continue;
+      std::string line;
+      for (const auto& p : params)
+        if (auto it = cell.find({p, c}); it != cell.end() && it->second->reserve_over_live > 0)
+          line += fmt::format("{}{} {:.3f}", line.empty() ? "" : ", ", p.empty() ? pat : p, it->second->reserve_over_live);
+      if (!line.empty()) fmt::print("  {}: peak reserved / peak live: {}\n", c, line);
     }
   }
   // The host's speed before each pattern (host_speed.hpp): over the run, and where gpumem's own
@@ -231,9 +240,9 @@ int run_bench(const bench_args& args) {
 #endif
   std::vector<bench_allocator_maker> makers;
 #if GPUMEM_HAVE_CUDA
-  if (on_gpu) makers = gpu_bench_allocators(args.pool);
+  if (on_gpu) makers = gpu_bench_allocators();
 #endif
-  if (!on_gpu) makers = cpu_bench_allocators(args.pool);
+  if (!on_gpu) makers = cpu_bench_allocators();
   // Peers from shared libraries join the run whose device they work on. One named with --peer-lib
   // that cannot take part is an error before anything is timed, not a column quietly missing; one
   // found beside the executable (peer_libs_beside) is left out with a note.
@@ -273,8 +282,6 @@ int run_bench(const bench_args& args) {
     }
     makers.push_back(std::move(lib.maker));
   }
-  std::string gpumem_options_text = changed_pool_options(args.pool);
-  if (args.settle) gpumem_options_text += gpumem_options_text.empty() ? "settle=1" : ",settle=1";
   if (!args.allocators.empty()) {
     std::erase_if(makers, [&](const bench_allocator_maker& m) {
       return std::find(args.allocators.begin(), args.allocators.end(), m.name) == args.allocators.end();
@@ -307,7 +314,7 @@ int run_bench(const bench_args& args) {
 
   bench_config cfg;
   cfg.reps = args.reps;
-  cfg.settle_between_passes = args.settle;
+  cfg.replay_passes = args.passes;
   // Opened before anything is timed: a path that cannot be written fails now, not after an hour of runs.
   std::ofstream json_file;
   if (!args.json_out.empty()) {
@@ -348,7 +355,6 @@ int run_bench(const bench_args& args) {
         double host_ns = 0;  // the host's speed before the pattern: see host_speed.hpp
         auto add = [&](std::vector<bench_result> v) {
           for (auto& r : v) {
-            if (r.is_gpumem) r.pool_options = gpumem_options_text;
             r.host_ns = host_ns;
             if (args.rounds > 1) r.round = round;
             emit(r);
@@ -383,10 +389,17 @@ int run_bench(const bench_args& args) {
   if (args.rounds > 1)
     for (const auto& r : results) emit(r);
   bar.finish();
+  const std::vector<bench_goal> goals = bench_goals(results);
+  for (const auto& g : goals) {
+    const std::string line = to_json_line(g);
+    if (args.json) fmt::print("{}\n", line);
+    if (json_file.is_open()) json_file << line << '\n' << std::flush;
+  }
   if (!args.json) {
     fmt::print("gpumem bench on {} (host time; {} CPU threads)\n",
                on_gpu ? "the GPU" : "the simulated device", std::thread::hardware_concurrency());
     print_tables(results, args.reps, args.rounds);
+    print_goals(goals);
   }
   if (json_file.is_open() && !json_file) {
     print_error("bench", "--json-out {}: writing failed", args.json_out);
@@ -398,7 +411,7 @@ int run_bench(const bench_args& args) {
 }
 
 const registrar reg{command{
-    "bench", "Allocator speed: gpumem's pool against its peers on alloc/free patterns",
+    "bench", "Allocator speed: gpumem's default pool against its peers on alloc/free patterns, and its goals",
     [](CLI::App& sub, int& exit_code) {
       auto args = std::make_shared<bench_args>();
       sub.add_option("pattern", args->pattern, "pair | churn | threads | replay | all")
@@ -430,12 +443,16 @@ const registrar reg{command{
       sub.add_flag("--no-auto-peers", args->no_auto_peers,
                    "Do not take the peer libraries (libgpumem_*_peer.so) found beside the gpumem executable or in "
                    "$GPUMEM_BENCH_PEER_DIR");
-      add_pool_tuning_options(sub, args->pool, "gpumem's pool");
-      sub.add_flag("--settle", args->settle,
-                   "gpumem's pool: pool::settle between the cold and the warm replay pass, as a job calls it where "
-                   "a step ends (outside the clock; its rows say settle=1)");
+      sub.add_option("--passes", args->passes,
+                     "Replay passes per trace and allocator: the first on a fresh allocator, then the warm ones on "
+                     "the same allocator (their median ns/op; granules: the warm pass that moved the most)")
+          ->check(CLI::Range(2, 100))
+          ->capture_default_str();
       sub.footer(
-          "Exit code: 0; 1 when a figure could not be measured (an error row); 2 on bad input.\n\n"
+          "gpumem's pool runs with the default options only. The last table holds the default's goals: each "
+          "figure, its bound, and met / NOT MET (or not measured, e.g. cudaMallocAsync on the simulator).\n"
+          "Exit code: 0 (goals not met included); 1 when a figure could not be measured (an error row); 2 on bad "
+          "input.\n\n"
           "Examples:\n"
           "  gpumem bench pair --simulate --reps 3\n"
           "  gpumem bench replay --traces examples --json-out bench.jsonl");

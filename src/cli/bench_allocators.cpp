@@ -16,7 +16,7 @@ constexpr std::size_t sim_capacity = std::size_t{1} << 40;
 
 class sim_pool_allocator final : public bench_allocator {
  public:
-  explicit sim_pool_allocator(const pool_options& o) : dev_(options()), pool_(dev_.memory(), dev_.streams(), o) {}
+  sim_pool_allocator() : dev_(options()), pool_(dev_.memory(), dev_.streams(), pool_options{}) {}
   std::string name() const override { return "gpumem-sim"; }
   std::string device() const override { return "simulated"; }
   void* alloc(std::size_t bytes, stream_ref s) override {
@@ -28,7 +28,7 @@ class sim_pool_allocator final : public bench_allocator {
   stream_ref create_stream() override { return dev_.create_stream(); }
   bool is_gpumem() const override { return true; }
   std::optional<pool_stats> gpumem_stats() const override { return pool_.stats(); }
-  void settle() override { pool_.settle(); }
+  std::size_t granule_bytes() const override { return granule_; }
 
  private:
   static sim_options options() {
@@ -39,6 +39,7 @@ class sim_pool_allocator final : public bench_allocator {
   }
   sim_device dev_;
   gpumem::pool pool_;
+  std::size_t granule_ = dev_.memory().granularity();
 };
 
 class malloc_allocator final : public bench_allocator {
@@ -55,9 +56,9 @@ class malloc_allocator final : public bench_allocator {
 
 }  // namespace
 
-std::vector<bench_allocator_maker> cpu_bench_allocators(const pool_options& gpumem) {
+std::vector<bench_allocator_maker> cpu_bench_allocators() {
   return {
-      {"gpumem-sim", [gpumem] { return std::make_unique<sim_pool_allocator>(gpumem); }},
+      {"gpumem-sim", [] { return std::make_unique<sim_pool_allocator>(); }},
       {"malloc", [] { return std::make_unique<malloc_allocator>(); }},
   };
 }

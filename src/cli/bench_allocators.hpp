@@ -38,8 +38,11 @@ class bench_allocator {
   virtual bool is_gpumem() const { return false; }
   // gpumem's allocators: the pool's figures now (peaks since it was made); nullopt for the peers.
   virtual std::optional<pool_stats> gpumem_stats() const { return std::nullopt; }
-  // gpumem's allocators: pool::settle (bench --settle, between replay passes); nothing for the peers.
-  virtual void settle() {}
+  // gpumem's allocators: the upstream's granule (what the driver maps at a time); 0 for the peers.
+  virtual std::size_t granule_bytes() const { return 0; }
+  // Peers that can tell: the most device memory they have held since they were made (after a
+  // synchronize), so a replay row can set their reserve beside gpumem's; nullopt: not known.
+  virtual std::optional<std::size_t> peak_reserved_bytes() { return std::nullopt; }
 };
 
 // Allocators are made one at a time and destroyed before the next, so their caches never compete
@@ -49,14 +52,15 @@ struct bench_allocator_maker {
   std::function<std::unique_ptr<bench_allocator>()> make;
 };
 
-// gpumem::pool on a sim_device (virtual memory, 1 TiB, events complete at once) with `gpumem`'s
-// options, and malloc/free.
-std::vector<bench_allocator_maker> cpu_bench_allocators(const pool_options& gpumem = {});
+// gpumem::pool on a sim_device (virtual memory, 1 TiB, events complete at once) with the default
+// pool options (the product: bench measures no other), and malloc/free.
+std::vector<bench_allocator_maker> cpu_bench_allocators();
 
 #if GPUMEM_HAVE_CUDA
-// gpumem's gpu_pool (vmm upstream), cudaMalloc/cudaFree, cudaMallocAsync/cudaFreeAsync on the
-// device's default pool (release threshold UINT64_MAX), cub::CachingDeviceAllocator. Needs a GPU.
-std::vector<bench_allocator_maker> gpu_bench_allocators(const pool_options& gpumem = {});
+// gpumem's gpu_pool (vmm upstream, default pool options), cudaMalloc/cudaFree,
+// cudaMallocAsync/cudaFreeAsync on the device's default pool (release threshold UINT64_MAX),
+// cub::CachingDeviceAllocator. Needs a GPU.
+std::vector<bench_allocator_maker> gpu_bench_allocators();
 #endif
 
 }  // namespace gpumem::tools

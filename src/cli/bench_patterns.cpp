@@ -338,25 +338,28 @@ std::vector<bench_result> bench_threads(bench_allocator& a, const bench_config& 
 
 namespace {
 
-// One cold and one warm figure of a trace on one allocator, ns per op: the first pass on a fresh
-// allocator (growing from nothing: driver calls included) and a second pass right after it (the
-// memory already reserved: what a job's later steps pay).
+// The passes of a trace on one allocator, ns per op: the first on a fresh allocator (growing from
+// nothing: driver calls included) and the warm ones right after it (the memory already reserved:
+// what a job's later steps pay).
 struct replay_pass {
   double ns_per_op = 0;
-  // gpumem's pools: peak reserved / peak live at the pass's end, granules moved in the pass.
+  // gpumem's pools: peak reserved / peak live and peak reserved in granules at the pass's end;
+  // granules moved in the pass, and those the driver mapped / mapped or unmapped.
   double reserve = 0;
+  std::uint64_t peak_granules = 0;
   std::uint64_t moved = 0;
-  std::uint64_t driver = 0;  // of those, by the driver (kept mappings)
+  std::uint64_t driver_maps = 0;
+  std::uint64_t driver = 0;
 };
-struct replay_pair_ns {
-  replay_pass cold, warm;
-  std::uint64_t ops = 0;  // in one pass
+struct replay_run {
+  std::vector<replay_pass> passes;  // the first, then the warm ones
+  std::uint64_t ops = 0;            // in one pass
 };
 
-// Both passes of a plan on one allocator, through the shared replay loop (replay_loop.hpp) that
+// Every pass of a plan on one allocator, through the shared replay loop (replay_loop.hpp) that
 // gpumem::replay times its targets with: streams made before the clock starts, what a pass leaves
 // live freed after it stops.
-replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan, bool settle) {
+replay_run replay_passes(bench_allocator& a, const replay_plan& plan, int passes) {
   std::vector<stream_ref> streams{stream_ref{}};  // the plan's stream 0 is the default stream
   struct stream_guard {
     bench_allocator& a;
@@ -369,10 +372,18 @@ replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan, bool s
   } guard{a, streams};
   while (streams.size() < plan.streams.size()) streams.push_back(a.create_stream());
   replay_loop<bench_allocator> loop(a, plan, streams);
-  replay_pair_ns out;
+  replay_run out;
   out.ops = plan.ops.size();
-  std::uint64_t moved_before = 0, driver_before = 0;  // gpumem's pool: granules moved before this pass
-  for (replay_pass* pass : {&out.cold, &out.warm}) {
+  const std::size_t granule = a.granule_bytes();
+  // The most bytes the trace holds at once (every pass starts from nothing): the peers' peak live.
+  std::uint64_t plan_peak_live = 0, live = 0;
+  for (const replay_plan::op& o : plan.ops) {
+    live = o.alloc ? live + o.size : live - std::min(live, o.size);
+    plan_peak_live = std::max(plan_peak_live, live);
+  }
+  pool_stats before;  // gpumem's pool: its counters before this pass
+  for (int i = 0; i < passes; ++i) {
+    replay_pass& pass = out.passes.emplace_back();
     std::exception_ptr failure;
     const auto t0 = clock_type::now();
     try {
@@ -381,19 +392,25 @@ replay_pair_ns replay_passes(bench_allocator& a, const replay_plan& plan, bool s
       failure = std::current_exception();
     }
     const double ns = elapsed_ns(t0);
-    // gpumem's pool: its figures at the pass's end, before what is left live goes.
+    // gpumem's pool: its figures at the pass's end, before what is left live goes. A peer that
+    // knows its peak reserved: that over the plan's peak live.
+    if (!a.is_gpumem()) {
+      a.synchronize();
+      if (const std::optional<std::size_t> peak = a.peak_reserved_bytes(); peak && *peak > 0 && plan_peak_live > 0)
+        pass.reserve = double(*peak) / double(plan_peak_live);
+    }
     if (const std::optional<pool_stats> st = a.gpumem_stats()) {
-      pass->reserve = st->fragmentation();
-      pass->moved = st->maps + st->unmaps - moved_before;
-      moved_before = st->maps + st->unmaps;
-      pass->driver = st->driver_maps + st->driver_unmaps - driver_before;
-      driver_before = st->driver_maps + st->driver_unmaps;
+      pass.reserve = st->fragmentation();
+      pass.peak_granules = granule ? (st->peak_reserved_bytes + granule - 1) / granule : 0;
+      pass.moved = st->maps + st->unmaps - before.maps - before.unmaps;
+      pass.driver_maps = st->driver_maps - before.driver_maps;
+      pass.driver = pass.driver_maps + st->driver_unmaps - before.driver_unmaps;
+      before = *st;
     }
     loop.free_live();
-    if (settle) a.settle();
     a.synchronize();
     if (failure) std::rethrow_exception(failure);
-    pass->ns_per_op = out.ops ? ns / double(out.ops) : 0;
+    pass.ns_per_op = out.ops ? ns / double(out.ops) : 0;
   }
   return out;
 }
@@ -408,29 +425,41 @@ std::string file_name(const std::string& path) {
 std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& fresh,
                                        const std::vector<trace>& traces, const bench_config& c) {
   std::vector<bench_result> out;
+  const int passes = std::max(2, c.replay_passes);
   for (const trace& t : traces) {
     const replay_plan plan = make_replay_plan(t);
     bench_allocator& first = fresh();
     bench_result cold = base(first, "replay"), warm = base(first, "replay-warm");
     cold.trace = warm.trace = file_name(t.name);
+    warm.passes = passes - 1;
     try {
       std::vector<double> colds, warms;
       for (int rep = 0; rep < c.reps; ++rep) {
         bench_allocator& a = rep ? fresh() : first;
-        const replay_pair_ns ns = replay_passes(a, plan, c.settle_between_passes);
-        colds.push_back(ns.cold.ns_per_op);
-        warms.push_back(ns.warm.ns_per_op);
-        cold.ops = warm.ops = ns.ops;
-        // The same every rep (placement depends on the trace alone): the last one's.
+        const replay_run run = replay_passes(a, plan, passes);
+        double seconds = 0;
+        for (const replay_pass& p : run.passes) seconds += p.ns_per_op * double(run.ops) * 1e-9;
+        colds.push_back(run.passes.front().ns_per_op);
+        for (std::size_t i = 1; i < run.passes.size(); ++i) warms.push_back(run.passes[i].ns_per_op);
+        cold.ops = warm.ops = run.ops;
+        // The same every rep (placement depends on the trace alone): the last one's. The warm row
+        // is the warm pass that moved the most granules, at the pool's peaks after the last.
+        cold.reserve_over_live = run.passes.front().reserve;
+        warm.reserve_over_live = run.passes.back().reserve;
         if (a.is_gpumem()) {
-          cold.reserve_over_live = ns.cold.reserve;
-          warm.reserve_over_live = ns.warm.reserve;
-          cold.granules_moved = ns.cold.moved;
-          warm.granules_moved = ns.warm.moved;
-          cold.driver_granules = ns.cold.driver;
-          warm.driver_granules = ns.warm.driver;
+          const replay_pass& p0 = run.passes.front();
+          cold.granules_moved = p0.moved;
+          cold.driver_granules = p0.driver;
+          cold.driver_maps = p0.driver_maps;
+          cold.peak_granules = p0.peak_granules;
+          warm.peak_granules = run.passes.back().peak_granules;
+          warm.granules_moved = warm.driver_granules = 0;
+          for (std::size_t i = 1; i < run.passes.size(); ++i) {
+            warm.granules_moved = std::max(warm.granules_moved, run.passes[i].moved);
+            warm.driver_granules = std::max(warm.driver_granules, run.passes[i].driver);
+          }
         }
-        if ((ns.cold.ns_per_op + ns.warm.ns_per_op) * double(ns.ops) > c.replay_max_run_s * 1e9) break;
+        if (seconds > c.replay_max_run_s) break;
       }
       cold.reps = warm.reps = static_cast<int>(colds.size());
       cold.value = median(std::move(colds));
@@ -492,12 +521,16 @@ std::string to_json_line(const bench_result& r) {
   if (r.pattern == "replay" || r.pattern == "replay-warm") j["trace"] = r.trace;
   if (r.error.empty()) j[r.unit_key()] = six_digits(r.value);
   else j["error"] = r.error;
-  if (r.reserve_over_live > 0) {
-    j["peak_reserved_over_live"] = six_digits(r.reserve_over_live);
+  if (r.reserve_over_live > 0) j["peak_reserved_over_live"] = six_digits(r.reserve_over_live);
+  if (r.reserve_over_live > 0 && r.is_gpumem) {
     j["granules_moved"] = r.granules_moved;
     j["driver_granules"] = r.driver_granules;
   }
-  if (!r.pool_options.empty()) j["pool_options"] = r.pool_options;
+  if (r.peak_granules > 0) {
+    j["peak_granules"] = r.peak_granules;
+    if (r.pattern == "replay") j["driver_maps"] = r.driver_maps;
+  }
+  if (r.passes > 0) j["passes"] = r.passes;
   if (r.host_ns > 0) j["host_ns_per_sim_pair"] = six_digits(r.host_ns);
   j["reps"] = r.reps;
   j["ops_per_run"] = r.ops;

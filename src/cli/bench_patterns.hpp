@@ -9,7 +9,8 @@
 //            Mops/s over all threads.
 //   replay   a recorded trace through the loop gpumem::replay times with (replay_loop.hpp), its
 //            plan (dense slots and streams) made and its streams created before the clock starts,
-//            what a pass leaves live freed after it stops: ns/op.
+//            what a pass leaves live freed after it stops: ns/op of the first pass on a fresh
+//            allocator and of the warm passes after it on the same one.
 // Random choices come from a fixed seed and are drawn before timing. Each figure is the median of
 // `reps` timed runs.
 #include <cstddef>
@@ -38,9 +39,8 @@ struct bench_config {
   double threads_run_ms = 100;
   // A replay run slower than this ends the repetitions early (cudaMalloc on the long trace).
   double replay_max_run_s = 5;
-  // Between the cold and the warm replay pass, after the cold pass's leftovers are freed:
-  // bench_allocator::settle (gpumem's pool::settle), outside the clock.
-  bool settle_between_passes = false;
+  // Replay passes on one allocator: the first (growing from nothing) and passes - 1 warm ones.
+  int replay_passes = 3;
   std::uint64_t seed = 42;
 };
 
@@ -60,13 +60,16 @@ struct bench_result {
   std::string error;            // non-empty: the pattern failed; value is meaningless
   // gpumem's rows of churn, threads and replay: what the speed cost in memory — the pool's peak
   // reserved / peak live (0: not known) and the granules it mapped plus unmapped, over the pattern
-  // (threads: over every thread count so far; replay: over that pass).
+  // (threads: over every thread count so far; replay: over the first pass, or the warm pass that
+  // moved the most).
   double reserve_over_live = 0;
   std::uint64_t granules_moved = 0;
   std::uint64_t driver_granules = 0;  // of those, mapped or unmapped by the driver (kept mappings)
-  // gpumem's rows: the pool options that differ from the defaults ("idle_budget=0.05,
-  // grow_before_reclaim=1"), so a JSON line says which pool it measured; empty: the defaults.
-  std::string pool_options;
+  // gpumem's replay rows: the pool's peak reserved in granules (what the goals measure moves
+  // against), and in the first pass, the granules the driver mapped.
+  std::uint64_t peak_granules = 0;
+  std::uint64_t driver_maps = 0;
+  int passes = 0;  // replay-warm: the warm passes of each rep (their median is the figure)
   // The host's speed just before the pattern ran (host_speed.hpp): ns per simulated 512 B pair;
   // 0: not taken.
   double host_ns = 0;
@@ -85,8 +88,9 @@ std::vector<bench_result> bench_pair(bench_allocator& a, const bench_config& c);
 std::vector<bench_result> bench_churn(bench_allocator& a, const bench_config& c);
 std::vector<bench_result> bench_threads(bench_allocator& a, const bench_config& c);
 // Per trace two rows: `replay`, the first pass on a fresh allocator (every allocator starts
-// empty: `fresh` gives one — a new instance, or PyTorch's cache emptied), and `replay-warm`, a
-// second pass on the same allocator right after. Medians over reps, each rep a fresh allocator.
+// empty: `fresh` gives one — a new instance, or PyTorch's cache emptied), and `replay-warm`, the
+// c.replay_passes - 1 passes on the same allocator right after. Medians over reps (and over the
+// warm passes), each rep a fresh allocator.
 std::vector<bench_result> bench_replay(const std::function<bench_allocator&()>& fresh,
                                        const std::vector<trace>& traces, const bench_config& c);
 

@@ -1,15 +1,10 @@
-# `--grow-before-reclaim` and `--max-handle-bytes` on `gpumem replay` and `gpumem bench`.
+# `--grow-before-reclaim` and `--max-handle-bytes` on `gpumem replay` (`gpumem bench` runs the defaults only).
 set(_gbr_trace ${PROJECT_SOURCE_DIR}/examples/varlen_inference.csv)
 
 add_test(NAME cli_replay_grow_before_reclaim
   COMMAND $<TARGET_FILE:gpumem_cli> replay ${_gbr_trace} --grow-before-reclaim --json)
 set_tests_properties(cli_replay_grow_before_reclaim PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\"failed_allocs\":0,.*\"peak_reserved_bytes\":[1-9][0-9]*")
-
-add_test(NAME cli_bench_threads_grow_before_reclaim
-  COMMAND $<TARGET_FILE:gpumem_cli> bench threads --simulate --reps 1 --allocator gpumem-sim --grow-before-reclaim --json)
-set_tests_properties(cli_bench_threads_grow_before_reclaim PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"pattern\":\"threads\".*\"threads\":16,.*\"pool_options\":\"grow_before_reclaim=1\"")
 
 # The flag takes true/false at most: anything else exits non-zero and names the option.
 add_test(NAME cli_replay_grow_before_reclaim_bad_value_fails
@@ -25,10 +20,6 @@ add_test(NAME cli_replay_max_handle_bytes
   COMMAND $<TARGET_FILE:gpumem_cli> replay ${_gbr_trace} --max-handle-bytes 8M --json)
 set_tests_properties(cli_replay_max_handle_bytes PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\"failed_allocs\":0,.*\"peak_reserved_bytes\":[1-9][0-9]*")
-add_test(NAME cli_bench_pair_max_handle_bytes
-  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim --max-handle-bytes 8M --json)
-set_tests_properties(cli_bench_pair_max_handle_bytes PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"pool_options\":\"max_handle_bytes=8388608\"")
 add_test(NAME cli_replay_max_handle_bytes_bad_value_message
   COMMAND $<TARGET_FILE:gpumem_cli> replay ${_gbr_trace} --max-handle-bytes junk)
 set_tests_properties(cli_replay_max_handle_bytes_bad_value_message PROPERTIES LABELS cpu

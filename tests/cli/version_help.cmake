@@ -28,7 +28,7 @@ endforeach()
 
 # Boolean pool options show their real default (front_cache is on by default), never CLI11's
 # "{false}", the value --no-x sets; sizes show theirs with a suffix.
-foreach(_cmd replay bench)
+foreach(_cmd replay)
   add_test(NAME cli_help_pool_flag_defaults_${_cmd} COMMAND ${_cli} ${_cmd} --help)
   set_tests_properties(cli_help_pool_flag_defaults_${_cmd} PROPERTIES LABELS cpu
     PASS_REGULAR_EXPRESSION "--front-cache,--no-front-cache \\(default: on\\).*--front-cache-bytes BYTES=32M.*--zero-on-free,--no-zero-on-free \\(default: off\\)"
@@ -44,10 +44,10 @@ add_test(NAME cli_doctor_no_replay_skips_what_its_help_says
 set_tests_properties(cli_doctor_no_replay_skips_what_its_help_says PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "\"skipped\":\\[\"fragmentation: [^\"]*\",\"slow-path-remapping: [^\"]*\"")
 
-# Options with a default show it: bench's pattern, reps and rounds, replay's passes.
+# Options with a default show it: bench's pattern, reps, rounds and passes, replay's passes.
 add_test(NAME cli_help_bench_defaults COMMAND ${_cli} bench --help)
 set_tests_properties(cli_help_bench_defaults PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "pattern TEXT:\\{[^\n]*\\}=all.*--reps INT:INT in \\[1 - 1000\\]=5.*--rounds INT:INT in \\[1 - 100\\]=1")
+  PASS_REGULAR_EXPRESSION "pattern TEXT:\\{[^\n]*\\}=all.*--reps INT:INT in \\[1 - 1000\\]=5.*--rounds INT:INT in \\[1 - 100\\]=1.*--passes INT:INT in \\[2 - 100\\]=3")
 add_test(NAME cli_help_replay_defaults COMMAND ${_cli} replay --help)
 set_tests_properties(cli_help_replay_defaults PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "--passes UINT:INT in \\[1 - 100000\\]=1")

@@ -64,6 +64,61 @@ class ResultsMd(unittest.TestCase):
         self.assertIn("| threads 16 (gpumem-gpu) | 4.300 | 900 | 800 |", text)
         self.assertIn("- cub-caching, churn: out of memory", text)
 
+    def test_goals_and_granules_of_a_newer_run(self):
+        goals = [
+            {"pattern": "goal", "goal": "reserve", "what": "bert.csv.gz: peak reserved / peak live",
+             "allocator": "gpumem-gpu", "device": "gpu", "param": "bert.csv.gz", "value": 1.0182, "unit": "x",
+             "compare": "<=", "bound": 1.03, "met": True},
+            {"pattern": "goal", "goal": "threads_mops", "what": "16 threads: Mops/s", "allocator": "gpumem-gpu",
+             "device": "gpu", "value": 12.5, "unit": "Mops/s", "compare": ">=", "bound": 50, "met": False},
+            {"pattern": "goal", "goal": "first_pass_vs_async", "what": "bert.csv.gz: first-pass ns/op / "
+             "cudaMallocAsync's", "allocator": "gpumem-gpu", "device": "gpu", "unit": "x", "compare": "<=",
+             "bound": 0.7, "met": None, "note": "no cudaMallocAsync in this run"},
+        ]
+        newer = [rec("replay", "gpumem-gpu", 900.0, trace="bert.csv.gz", peak_reserved_over_live=1.015,
+                     granules_moved=10, driver_granules=9, peak_granules=700, driver_maps=800),
+                 rec("replay-warm", "gpumem-gpu", 30.0, trace="bert.csv.gz", peak_reserved_over_live=1.0182,
+                     granules_moved=2, driver_granules=1, peak_granules=700, passes=2),
+                 rec("replay", "cuda-malloc-async", 700.0, trace="bert.csv.gz", peak_reserved_over_live=1.272)]
+        with tempfile.TemporaryDirectory() as d:
+            write(d, "test.jsonl", [HEADER] + newer + goals)
+            text = results_md.render(pathlib.Path(d))
+        self.assertIn("then the median of the 2 warm passes after it", text)
+        self.assertIn("| bert.csv.gz, first pass (gpumem-gpu) | 1.015 | 10 | 9 | 700 | 800 |", text)
+        self.assertIn("| bert.csv.gz, first pass (cuda-malloc-async) | 1.272 | – | – |  |  |", text)
+        self.assertIn("**Goals of the default** (gpumem-gpu): 1 of 2 met, 1 not measured", text)
+        self.assertIn("| bert.csv.gz: peak reserved / peak live | 1.018 | <= 1.03 x | met |", text)
+        self.assertIn("| 16 threads: Mops/s | 12.5 | >= 50 Mops/s | **not met** |", text)
+        self.assertIn("| – | <= 0.7 x | not measured (no cudaMallocAsync in this run) |", text)
+        # A run without goals or granules (the older schema) gets neither table nor columns.
+        with tempfile.TemporaryDirectory() as d:
+            write(d, "test.jsonl", [HEADER] + RECORDS)
+            text = results_md.render(pathlib.Path(d))
+        self.assertNotIn("Goals of the default", text)
+        self.assertNotIn("peak's granules", text)
+
+    def test_goals_command_prints_one_short_table(self):
+        lines = [
+            {"pattern": "goal", "goal": "warm_ns", "what": "a.csv.gz: warm ns/op", "allocator": "gpumem-gpu",
+             "param": "a.csv.gz", "value": 35.0, "compare": "<=", "bound": 40, "met": True},
+            {"pattern": "goal", "goal": "warm_ns", "what": "b.csv: warm ns/op", "allocator": "gpumem-gpu",
+             "param": "b.csv", "value": 55.5, "compare": "<=", "bound": 40, "met": False},
+            rec("pair", "gpumem-gpu", 13.0, size_bytes=512),                   # not a goal: left out
+        ]
+        models = [{"pattern": "goal", "goal": "model_step", "what": "bert_infer: step", "allocator": "gpumem",
+                   "param": "bert_infer", "compare": "<=", "bound": 1.0, "met": None, "note": "no transformers"}]
+        with tempfile.TemporaryDirectory() as d:
+            args = ["goals", str(write(d, "bench.jsonl", lines)), str(write(d, "models.jsonl", models)),
+                    str(pathlib.Path(d) / "missing.jsonl")]
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(results_md.main(args), 0)
+        text = out.getvalue()
+        self.assertIn("missing.jsonl: not there", text)
+        self.assertRegex(text, r"warm pass: ns/op +<= 40 +1/2  a 35, b 55.5\*\n")
+        self.assertRegex(text, r"model step time / native's +<= 1 +0/0  bert_infer n/a\n")
+        self.assertIn("goals met: 1 of 2 measured; not measured: no transformers", text)
+
     def test_the_simulated_device_comes_after_the_gpus(self):
         with tempfile.TemporaryDirectory() as d:
             write(d, "a_sim.jsonl", [dict(HEADER, device="Simulated device", simulated=True)] + RECORDS)
@@ -79,6 +134,10 @@ class ResultsMd(unittest.TestCase):
             ([HEADER, rec("pair", "x", 1.0, size_bytes=1) | {"pattern": "sprint"}], "test.jsonl:2: unknown pattern 'sprint'"),
             ([HEADER, {"pattern": "pair", "allocator": "x", "size_bytes": 512}], "test.jsonl:2: a pair record without ns_per_pair"),
             ([HEADER], "the run of 2030-01-02 has no bench records"),
+            ([HEADER, {"pattern": "goal", "allocator": "x", "goal": "pair_ns", "what": "pair", "compare": "<=",
+                       "bound": 25, "met": True}], "test.jsonl:2: a measured goal record without value"),
+            ([HEADER, {"pattern": "goal", "allocator": "x", "goal": "pair_ns", "what": "pair", "value": 1,
+                       "bound": 25, "met": True}], "test.jsonl:2: a goal record without compare"),
         ]
         for lines, message in cases:
             with self.subTest(message=message), tempfile.TemporaryDirectory() as d:

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cub/util_allocator.cuh>
 #include <new>
+#include <optional>
 
 #include "cuda_check.hpp"
 #include "gpumem/cuda/gpu_pool.hpp"
@@ -32,7 +33,7 @@ class gpu_bench_allocator : public bench_allocator {
 
 class gpumem_gpu_allocator final : public gpu_bench_allocator {
  public:
-  explicit gpumem_gpu_allocator(const pool_options& o) : pool_(options(o)) {}
+  gpumem_gpu_allocator() : pool_(options()) {}
   std::string name() const override { return "gpumem-gpu"; }
   void* alloc(std::size_t bytes, stream_ref s) override {
     return pool_.allocate(bytes, default_alignment, s);
@@ -42,17 +43,17 @@ class gpumem_gpu_allocator final : public gpu_bench_allocator {
   }
   bool is_gpumem() const override { return true; }
   std::optional<pool_stats> gpumem_stats() const override { return pool_.pool().stats(); }
-  void settle() override { pool_.settle(); }
+  std::size_t granule_bytes() const override { return pool_.memory().granularity(); }
   void destroy_stream(stream_ref s) override {
     if (s != stream_ref{}) pool_.pool().release_stream(s);  // the pool must let go of a stream before it dies
     gpu_bench_allocator::destroy_stream(s);
   }
 
  private:
-  static gpu_pool_options options(const pool_options& p) {
+  // The default pool options: the product, and all bench measures.
+  static gpu_pool_options options() {
     gpu_pool_options o;
     o.upstream = gpu_upstream_kind::vmm;
-    o.pool = p;
     return o;
   }
   gpu_pool pool_;
@@ -79,6 +80,11 @@ class cuda_malloc_async_allocator final : public gpu_bench_allocator {
     GPUMEM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool_, dev));
     std::uint64_t threshold = UINT64_MAX;
     GPUMEM_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
+    // The device's pool outlives this object: start from nothing, and its high-water mark from now.
+    GPUMEM_CUDA_CHECK(cudaDeviceSynchronize());
+    GPUMEM_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
+    std::uint64_t zero = 0;
+    GPUMEM_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReservedMemHigh, &zero));
   }
   ~cuda_malloc_async_allocator() override {
     cudaDeviceSynchronize();
@@ -92,6 +98,11 @@ class cuda_malloc_async_allocator final : public gpu_bench_allocator {
   }
   void free(void* p, std::size_t, stream_ref s) override {
     GPUMEM_CUDA_CHECK(cudaFreeAsync(p, to_cuda_stream(s)));
+  }
+  std::optional<std::size_t> peak_reserved_bytes() override {
+    std::uint64_t high = 0;
+    GPUMEM_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemHigh, &high));
+    return static_cast<std::size_t>(high);
   }
 
  private:
@@ -112,6 +123,14 @@ class cub_allocator final : public gpu_bench_allocator {
     return p;
   }
   void free(void* p, std::size_t, stream_ref) override { GPUMEM_CUDA_CHECK(cub_.DeviceFree(p)); }
+  // With no cap on cached bytes CUB gives nothing back, so what it holds now is its peak (requests
+  // over the largest bin bypass the cache and are not counted: none of the traces' are that big).
+  std::optional<std::size_t> peak_reserved_bytes() override {
+    int dev = 0;
+    GPUMEM_CUDA_CHECK(cudaGetDevice(&dev));
+    const auto it = cub_.cached_bytes.find(dev);
+    return it == cub_.cached_bytes.end() ? 0 : it->second.free + it->second.live;
+  }
 
  private:
   cub::CachingDeviceAllocator cub_;
@@ -119,9 +138,9 @@ class cub_allocator final : public gpu_bench_allocator {
 
 }  // namespace
 
-std::vector<bench_allocator_maker> gpu_bench_allocators(const pool_options& gpumem) {
+std::vector<bench_allocator_maker> gpu_bench_allocators() {
   return {
-      {"gpumem-gpu", [gpumem] { return std::make_unique<gpumem_gpu_allocator>(gpumem); }},
+      {"gpumem-gpu", [] { return std::make_unique<gpumem_gpu_allocator>(); }},
       {"cuda-malloc", [] { return std::make_unique<cuda_malloc_allocator>(); }},
       {"cuda-malloc-async", [] { return std::make_unique<cuda_malloc_async_allocator>(); }},
       {"cub-caching", [] { return std::make_unique<cub_allocator>(); }},
