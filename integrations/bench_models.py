@@ -357,7 +357,7 @@ def main():
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--variants", default="",
                     help="more gpumem runs with pool options, ';'-separated, e.g. "
-                         "'idle_budget=0.1;idle_budget=0.25' (each row is compared with native)")
+                         "'initial_reserve=8G;upstream=device' (each row is compared with native)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per allocator, interleaved (native, gpumem, native, gpumem, ...): the H200's "
                          "step times drift by several %% between runs, so one run each can mislead")

@@ -1,5 +1,5 @@
 """What the benchmark scripts here share: naming an allocator ("native", "gpumem", gpumem with pool
-options, "gpumem:idle_budget=0.1,upstream=device", or a peer that is not gpumem: "native-async",
+options, "gpumem:max_reserved_bytes=8G,upstream=device", or a peer that is not gpumem: "native-async",
 PyTorch's own cudaMallocAsync backend, and "pluggable-async", the same cudaMallocAsync behind
 PyTorch's pluggable interface), installing it in a fresh process, and running one child process per
 allocator, interleaved, each printing one JSON line last."""
@@ -15,7 +15,7 @@ PROBE_LIB = "libgpumem_pluggable_probe.so"  # built beside libgpumem_torch.so (i
 
 
 def gpumem_options(alloc):
-    """"gpumem" -> {}; "gpumem:idle_budget=0.1,front_cache=0" -> those pool options. `settle=1` is
+    """"gpumem" -> {}; "gpumem:initial_reserve=8G,upstream=device" -> those pool options. `settle=1` is
     no pool option but the run's own (wants_settle) and is left out."""
     _, _, text = alloc.partition(":")
     opts = {}

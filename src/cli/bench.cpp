@@ -46,7 +46,7 @@ struct bench_args {
   std::vector<std::string> allocators;
   std::vector<std::string> peer_libs;  // --peer-lib
   bool no_auto_peers = false;          // --no-auto-peers
-  pool_options pool;  // --idle-budget, --grow-before-reclaim, --max-handle-bytes
+  pool_options pool;  // --max-reserved-bytes, --initial-reserve, ...
   bool settle = false;  // --settle
 };
 
@@ -430,7 +430,7 @@ const registrar reg{command{
       sub.add_flag("--no-auto-peers", args->no_auto_peers,
                    "Do not take the peer libraries (libgpumem_*_peer.so) found beside the gpumem executable or in "
                    "$GPUMEM_BENCH_PEER_DIR");
-      add_pool_tuning_options(sub, args->pool, "gpumem's pool");
+      add_pool_option_flags(sub, args->pool, "gpumem's pool");
       sub.add_flag("--settle", args->settle,
                    "gpumem's pool: pool::settle between the cold and the warm replay pass, as a job calls it where "
                    "a step ends (outside the clock; its rows say settle=1)");

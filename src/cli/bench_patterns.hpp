@@ -64,8 +64,8 @@ struct bench_result {
   double reserve_over_live = 0;
   std::uint64_t granules_moved = 0;
   std::uint64_t driver_granules = 0;  // of those, mapped or unmapped by the driver (kept mappings)
-  // gpumem's rows: the pool options that differ from the defaults ("idle_budget=0.05,
-  // grow_before_reclaim=1"), so a JSON line says which pool it measured; empty: the defaults.
+  // gpumem's rows: the pool options that differ from the defaults ("max_reserved_bytes=8589934592,
+  // zero_on_free=1"), so a JSON line says which pool it measured; empty: the defaults.
   std::string pool_options;
   // The host's speed just before the pattern ran (host_speed.hpp): ns per simulated 512 B pair;
   // 0: not taken.

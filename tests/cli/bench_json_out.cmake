@@ -16,22 +16,13 @@ set_tests_properties(cli_bench_json_out_unwritable_refused PROPERTIES LABELS cpu
   FAIL_REGULAR_EXPRESSION "gpumem bench: gpumem-sim")
 
 # Every pool option bench takes is named in gpumem's rows when it is not the default, so two runs'
-# lines say what differed between them.
-add_test(NAME cli_bench_rows_name_the_front_cache_options
-  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim --json
-          --front-cache-bytes 4M --reserve-ceiling 1.5)
-set_tests_properties(cli_bench_rows_name_the_front_cache_options PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"pool_options\":\"reserve_ceiling=1.5,front_cache_bytes=4194304\"")
-add_test(NAME cli_bench_rows_name_no_front_cache
-  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim --json --no-front-cache)
-set_tests_properties(cli_bench_rows_name_no_front_cache PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\"pool_options\":\"front_cache=0\"")
+# lines say what differed between them (pool_option_flags.cmake).
 
 # The plain tables say which pool options gpumem's figures are of.
 add_test(NAME cli_bench_tables_name_the_pool_options
-  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim --grow-before-reclaim --settle)
+  COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim --max-reserved 8G --settle)
 set_tests_properties(cli_bench_tables_name_the_pool_options PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "gpumem-sim: pool options grow_before_reclaim=1,settle=1\n")
+  PASS_REGULAR_EXPRESSION "gpumem-sim: pool options max_reserved_bytes=8589934592,settle=1\n")
 add_test(NAME cli_bench_tables_name_the_default_options
   COMMAND $<TARGET_FILE:gpumem_cli> bench pair --simulate --reps 1 --allocator gpumem-sim)
 set_tests_properties(cli_bench_tables_name_the_default_options PROPERTIES LABELS cpu
