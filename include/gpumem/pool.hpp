@@ -46,6 +46,7 @@ struct pool_options {
 
 namespace detail {
 struct pool_tuning;  // gpumem/detail/pool_tuning.hpp: the policy's settings, internal
+struct pool_config;  // pool_options and pool_tuning in one
 }
 
 // One range the pool tracks, for segment maps and reports.
@@ -64,6 +65,8 @@ class pool {
   // Internal (tests, benchmarks, the doctor's comparisons): the policy's settings too. Needs
   // gpumem/detail/pool_tuning.hpp, which is not installed.
   pool(upstream& up, ordering& ord, const pool_options& opts, const detail::pool_tuning& tuning);
+  // A detail::pool_config given as options would lose its tuning: pass it as both arguments above.
+  pool(upstream& up, ordering& ord, const detail::pool_config& config) = delete;
   ~pool();
   pool(const pool&) = delete;
   pool& operator=(const pool&) = delete;

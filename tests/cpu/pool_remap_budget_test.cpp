@@ -122,11 +122,11 @@ TEST(RemapTimeBudget, BadValuesAreRefused) {
   for (double bad : {-0.1, 1.5}) {
     detail::pool_config po;
     po.remap_time_budget = bad;
-    EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument) << bad;
+    EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument) << bad;
   }
   detail::pool_config po;
   po.remap_cost_ns_per_granule = -1;
-  EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument);
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument);
 }
 
 // The example inference trace, 36 µs charged per granule moved (a GPU's cost): a budget of 5 %

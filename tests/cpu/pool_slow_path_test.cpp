@@ -287,19 +287,19 @@ TEST(SlowPath, AReserveCeilingBelowOneIsRefused) {
   detail::pool_config po;
   for (double bad : {0.5, -1.0, std::nan("")}) {
     po.reserve_ceiling = bad;
-    EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument) << bad;
+    EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument) << bad;
   }
   po.reserve_ceiling = 1.0;
-  EXPECT_NO_THROW(pool(dev.memory(), dev.streams(), po));
+  EXPECT_NO_THROW(pool(dev.memory(), dev.streams(), po, po));
 }
 
 TEST(SlowPath, NegativeIdleBudgetIsRefused) {
   sim_device dev;
   detail::pool_config po;
   po.idle_budget = -0.5;
-  EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument);
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument);
   po.idle_budget = std::nan("");
-  EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument);
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument);
 }
 
 TEST(SimUpstream, UnmapCoversWholeMappingsLaidEndToEnd) {
