@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gpumem/pool.hpp"
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/detail/replay_loop.hpp"
 #include "gpumem/detail/replay_plan.hpp"
 #include "gpumem/sim_device.hpp"
@@ -183,9 +184,9 @@ void replay_passes(benchmark::State& state, Alloc& a, const gpumem::replay_plan&
 
 void replay_on_pool(benchmark::State& state, const gpumem::replay_plan& plan, bool grow_first) {
   gpumem::sim_device dev(sim_pool::opts());
-  gpumem::pool_options po;
-  po.grow_before_reclaim = grow_first;
-  gpumem::pool pool(dev.memory(), dev.streams(), po);
+  gpumem::detail::pool_tuning tuning;
+  tuning.grow_before_reclaim = grow_first;
+  gpumem::pool pool(dev.memory(), dev.streams(), {}, tuning);
   std::vector<stream_ref> streams{stream_ref{}};
   while (streams.size() < plan.streams.size()) streams.push_back(dev.create_stream());
   struct on_pool {

@@ -144,7 +144,7 @@ x = torch.empty(1024, device="cuda")
 print("RESERVED", gpumem.stats()["reserved_bytes"])
 '''
 good = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
-                      env=dict(os.environ, GPUMEM_CONFIG="initial_reserve=256M,front_cache_bytes=4M"))
+                      env=dict(os.environ, GPUMEM_CONFIG="initial_reserve=256M,max_reserved=8G"))
 bad = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
                      env=dict(os.environ, GPUMEM_CONFIG="initial_reserve=lots"))
 print(good.stdout.strip(), good.stderr.strip()[-300:], "|", bad.stdout.strip(), bad.stderr.strip()[-300:])

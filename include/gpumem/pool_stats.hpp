@@ -25,11 +25,11 @@ struct pool_stats {
   std::uint64_t map_calls = 0;
   std::uint64_t unmap_calls = 0;
   std::uint64_t events_recorded = 0;
-  // pool_options::remap_time_budget (zeros without it): host time charged for moving granules, in
-  // ns, and the moves the budget turned down (the request grew instead).
+  // The policy's remap time budget (detail::pool_tuning; zeros without it): host time charged for
+  // moving granules, in ns, and the moves the budget turned down (the request grew instead).
   std::uint64_t remap_ns = 0;
   std::uint64_t remaps_deferred = 0;
-  // pool_options::stream_ordered_moves: granules mapped under a request on the stream that had
+  // Stream-ordered moves (detail::pool_tuning): granules mapped under a request on the stream that had
   // freed them while its work was still queued (part of `maps`).
   std::uint64_t stream_ordered_moves = 0;
   // Granules the driver really mapped and unmapped (virtual upstreams). `maps` and `unmaps` count

@@ -21,6 +21,9 @@ struct replay_options {
   std::string resource = "pool";
   std::size_t capacity_bytes = std::size_t{80} << 30;
   pool_options pool;
+  // Internal (tests, the doctor's comparisons): the policy's settings for the pool targets
+  // (gpumem/detail/pool_tuning.hpp, not installed); null: the library's. Must outlive the replay.
+  const detail::pool_tuning* tuning = nullptr;
   // Simulated pool targets: the device finishes the work queued on its streams only once every
   // this many operations, as a GPU running behind the host (memory freed on a stream stays busy
   // until then); 0: at once, a device that keeps up.

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "gpumem/pool_option_table.hpp"
+#include "gpumem/detail/pool_tuning.hpp"
 
 #include "pool_impl.hpp"
 
@@ -14,8 +14,8 @@ namespace gpumem {
 
 namespace {
 
-// pool_options::max_handle_bytes, 0 resolved by the policy.
-std::size_t handle_bytes_for(const pool_options& o) {
+// pool_tuning::max_handle_bytes, 0 resolved by the policy.
+std::size_t handle_bytes_for(const detail::pool_config& o) {
   if (o.max_handle_bytes) return o.max_handle_bytes;
   return o.grow_before_reclaim ? std::size_t{32} << 20 : 0;
 }
@@ -28,11 +28,11 @@ std::size_t handle_bytes_for(const pool_options& o) {
 // back and moves idle granules, and there a half of its own made it move more memory. Not with an
 // initial reserve either: the reserve is mapped at the bottom of the range, and slabs placed
 // above it would grow past it.
-bool slab_zone_for(const pool_options& o) { return o.grow_before_reclaim && o.initial_reserve_bytes == 0; }
+bool slab_zone_for(const detail::pool_config& o) { return o.grow_before_reclaim && o.initial_reserve_bytes == 0; }
 
 }  // namespace
 
-pool::impl::impl(upstream& u, ordering& o, const pool_options& op)
+pool::impl::impl(upstream& u, ordering& o, const detail::pool_config& op)
     : opts(op),
       up(u),
       ord(o),
@@ -52,7 +52,7 @@ pool::impl::impl(upstream& u, ordering& o, const pool_options& op)
                                   op.remap_cost_ns_per_granule, op.remap_clock_ns, op.stream_ordered_moves,
                                   slab_zone_for(op)}),
       slabs(arena, clock, small_max) {
-  check_pool_option_ranges(op);
+  detail::check_pool_tuning(op);
   if (op.zero_on_free && !u.can_zero())
     throw std::invalid_argument(fmt::format(
         "gpumem::pool: zero_on_free needs an upstream that can zero memory, and {} cannot", u.name()));
@@ -87,6 +87,8 @@ pool::impl::impl(upstream& u, ordering& o, const pool_options& op)
 pool::impl::~impl() { detail::unregister_pool(id); }
 
 pool::pool(upstream& up, ordering& ord, pool_options opts) : impl_(std::make_unique<impl>(up, ord, opts)) {}
+pool::pool(upstream& up, ordering& ord, const pool_options& opts, const detail::pool_tuning& tuning)
+    : impl_(std::make_unique<impl>(up, ord, detail::pool_config(opts, tuning))) {}
 pool::~pool() = default;
 
 void pool::record_use(void* ptr, stream_ref s) {

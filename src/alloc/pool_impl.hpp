@@ -21,6 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpumem/detail/pool_tuning.hpp"
+
 #include "arena.hpp"
 #include "front_cache.hpp"
 #include "slab_cache.hpp"
@@ -70,7 +72,7 @@ void unregister_pool(std::uint64_t id);
 struct pool::impl {
   // Read on every allocate and free, written never (front_count: once per new thread): one cache
   // line of their own, so the slow path's writes (the lock, counters) do not pull it from other cores.
-  alignas(64) pool_options opts;
+  alignas(64) detail::pool_config opts;  // the user's options and the policy's settings
   upstream& up;
   ordering& ord;
   const std::size_t granule;  // the upstream's, asked once: checked on every allocate
@@ -103,7 +105,7 @@ struct pool::impl {
   // Reserved bytes as of the last note_reserved (under m), for within_headroom off the lock.
   std::atomic<std::size_t> reserved_published{0};
 
-  impl(upstream& u, ordering& o, const pool_options& op);  // pool_admin.cpp
+  impl(upstream& u, ordering& o, const detail::pool_config& op);  // pool_admin.cpp
   ~impl();
 
   // --- pool.cpp: the calling thread's front cache, and the paths of allocate and free. ---------

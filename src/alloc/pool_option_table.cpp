@@ -16,15 +16,11 @@ namespace {
 
 using P = pool_options;
 
-// The help texts say what each option trades; pool.hpp's comments on the fields say why and give
-// the measurements.
-const std::array<pool_option_spec, 21> specs{{
+// The help texts say what each option does; pool.hpp's comments on the fields say more.
+const std::array<pool_option_spec, 5> specs{{
     {.name = "small_max_bytes",
      .field = &P::small_max_bytes,
      .help = "requests up to this size come from slabs of their size class (at most 1M, the default)"},
-    {.name = "min_segment_bytes",
-     .field = &P::min_segment_bytes,
-     .help = "plain upstreams: the least a new segment asks for (default 2M)"},
     {.name = "release_threshold_bytes",
      .alias = "release_threshold",
      .field = &P::release_threshold_bytes,
@@ -33,91 +29,9 @@ const std::array<pool_option_spec, 21> specs{{
      .alias = "max_reserved",
      .field = &P::max_reserved_bytes,
      .help = "the most the pool holds from its upstream; past it a request throws out_of_memory (default max)"},
-    {.name = "address_range_bytes",
-     .field = &P::address_range_bytes,
-     .help = "virtual upstreams: the reserved address range (0, the default: 4x the device's capacity)"},
-    {.name = "idle_budget",
-     .field = &P::idle_budget,
-     .least = 0.0,
-     .most = 1e6,
-     .requirement = "a fraction >= 0",
-     .help = "idle mapped memory kept as a fraction of live rather than remapped elsewhere (0, the default, is "
-             "the tightest; more trades memory for driver calls)"},
-    {.name = "reserve_ceiling",
-     .field = &P::reserve_ceiling,
-     .least = 1.0,
-     .most = 1e6,
-     .zero_means_off = true,
-     .requirement = "0 (none) or a multiple of peak live >= 1",
-     .help = "the most peak reserved may be over peak live where moving memory can keep it there (e.g. 1.03; "
-             "past it idle memory moves whatever the idle budget says; 0, the default: none)"},
-    {.name = "max_handle_bytes",
-     .field = &P::max_handle_bytes,
-     .help = "the largest physical handle the pool creates when it grows (e.g. 32M; 0, the default, picks by "
-             "policy: one granule per handle, 32M growing first)"},
-    {.name = "grow_before_reclaim",
-     .field = &P::grow_before_reclaim,
-     .help = "grow before emptying the front caches and giving back empty slabs (faster, most of all with many "
-             "threads; costs memory)"},
-    {.name = "front_cache",
-     .field = &P::front_cache,
-     .help = "per-thread caches of freed blocks in front of the pool's lock (on by default; off, every request "
-             "takes the pool's lock)"},
-    {.name = "front_cache_bytes",
-     .field = &P::front_cache_bytes,
-     .help = "what each thread's front cache keeps per stream of small blocks, and apart of large ones (e.g. 4M; "
-             "default 32M)"},
     {.name = "zero_on_free",
      .field = &P::zero_on_free,
      .help = "freed memory is zeroed before another user can get it (needs an upstream that can fill memory)"},
-    {.name = "front_cache_grow_fraction",
-     .field = &P::front_cache_grow_fraction,
-     .least = 0.0,
-     .most = 1e3,
-     .requirement = "a fraction >= 0",
-     .help = "growing first: large blocks one thread's front cache keeps, as a fraction of live where that is "
-             "more than front_cache_bytes (default 0.25)"},
-    {.name = "front_cache_reserve_headroom",
-     .field = &P::front_cache_reserve_headroom,
-     .least = 0.0,
-     .most = 1e3,
-     .requirement = "a fraction >= 0",
-     .help = "growing first: while reserved is within this fraction over peak live, a thread's front cache may "
-             "keep the large blocks it freed since its peak (default 0.1; 0: off)"},
-    {.name = "front_cache_peak_fraction",
-     .field = &P::front_cache_peak_fraction,
-     .least = 0.0,
-     .most = 1e3,
-     .requirement = "a fraction >= 0",
-     .help = "large blocks a thread's front cache may keep, as a fraction of its peak live bytes (default "
-             "policy; 0, the default: front_cache_bytes alone)"},
-    {.name = "reclaim_own_first",
-     .field = &P::reclaim_own_first,
-     .help = "a large request tries mapped memory and the caller's own cached blocks before remapping idle "
-             "granules (default policy)"},
-    {.name = "wait_before_grow",
-     .field = &P::wait_before_grow,
-     .help = "host-wait for pending frees before growing (default policy)"},
-    {.name = "remap_time_budget",
-     .field = &P::remap_time_budget,
-     .least = 0.0,
-     .most = 1.0,
-     .requirement = "a fraction of wall time in [0, 1]",
-     .help = "the most host time spent moving idle granules, as a fraction of wall time (0, the default: no "
-             "bound); past it the pool grows instead"},
-    {.name = "remap_cost_ns_per_granule",
-     .field = &P::remap_cost_ns_per_granule,
-     .least = 0.0,
-     .most = 1e12,
-     .requirement = "a cost >= 0",
-     .help = "the least a granule moved is charged against the remap time budget (the simulated device's calls "
-             "cost nothing; the H200's cost ~36 µs); on the command line in µs",
-     .cli_name = "--remap-cost-us",
-     .cli_scale = 1e3},
-    {.name = "stream_ordered_moves",
-     .field = &P::stream_ordered_moves,
-     .help = "a request on a stream may take memory that stream freed while its work is still queued, mapped a "
-             "second time (virtual upstreams; on by default)"},
     {.name = "initial_reserve_bytes",
      .alias = "initial_reserve",
      .field = &P::initial_reserve_bytes,
@@ -135,19 +49,6 @@ std::string lowered(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
-}
-
-// A real number, the whole text; nullopt-like NaN when it is not one.
-double parse_number(std::string_view text) {
-  double v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
-    return std::numeric_limits<double>::quiet_NaN();
-  return v;
-}
-
-bool in_range(const pool_option_spec& s, double v) {
-  return (s.zero_means_off && v == 0.0) || (v >= s.least && v <= s.most);
 }
 
 }  // namespace
@@ -208,28 +109,19 @@ bool parse_flag(std::string_view text) {
 
 void set_pool_option(pool_options& o, const pool_option_spec& spec, std::string_view text,
                      pool_option_source from) {
-  const bool cli = from == pool_option_source::command_line;
   try {
     std::visit(
         [&](auto member) {
-          using T = std::remove_cvref_t<decltype(o.*member)>;
-          if constexpr (std::is_same_v<T, std::size_t>) {
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.*member)>, std::size_t>)
             o.*member = parse_byte_size(text);
-          } else if constexpr (std::is_same_v<T, bool>) {
+          else
             o.*member = parse_flag(text);
-          } else {
-            double v = parse_number(trimmed(text));
-            if (std::isnan(v)) throw std::invalid_argument(fmt::format("'{}' is not a number", text));
-            if (cli) v *= spec.cli_scale;
-            if (!in_range(spec, v))
-              throw std::invalid_argument(fmt::format("'{}' is not {}", text, spec.requirement));
-            o.*member = v;
-          }
         },
         spec.field);
   } catch (const std::invalid_argument& e) {
     // The option as the caller wrote it: its key, or the first of its flag's names.
-    std::string called = cli ? pool_option_cli_names(spec) : std::string(spec.name);
+    std::string called =
+        from == pool_option_source::command_line ? pool_option_cli_names(spec) : std::string(spec.name);
     called.resize(std::min(called.size(), called.find(',')));
     throw std::invalid_argument(fmt::format("{}: {}", called, e.what()));
   }
@@ -237,7 +129,7 @@ void set_pool_option(pool_options& o, const pool_option_spec& spec, std::string_
 
 void parse_pool_config(std::string_view text, pool_options& o, std::span<const pool_config_key> extra,
                        std::string_view source) {
-  // JSON's quotes and braces are trimmed with the blanks: {"idle_budget": 0.1} reads as idle_budget=0.1.
+  // JSON's quotes and braces are trimmed with the blanks: {"zero_on_free": 1} reads as zero_on_free=1.
   auto strip = [](std::string_view s) {
     const auto b = s.find_first_not_of(" \t\r\n\"'{}");
     if (b == std::string_view::npos) return std::string_view{};
@@ -250,11 +142,10 @@ void parse_pool_config(std::string_view text, pool_options& o, std::span<const p
     for (const auto& k : extra) names += fmt::format(", {}", k.name);
     return names;
   };
-  auto expected = [](const pool_option_spec& s) -> std::string {
+  auto expected = [](const pool_option_spec& s) -> std::string_view {
     if (std::holds_alternative<std::size_t P::*>(s.field))
       return "a byte size (a count with an optional K, M, G or T suffix, or max)";
-    if (std::holds_alternative<bool P::*>(s.field)) return "a flag (0/1, true/false, on/off or yes/no)";
-    return std::string(s.requirement);
+    return "a flag (0/1, true/false, on/off or yes/no)";
   };
   pool_options next = o;
   while (!text.empty()) {
@@ -287,7 +178,6 @@ void parse_pool_config(std::string_view text, pool_options& o, std::span<const p
 }
 
 std::string pool_option_cli_names(const pool_option_spec& spec) {
-  if (!spec.cli_name.empty()) return std::string(spec.cli_name);
   auto dashed = [](std::string_view s) {
     std::string out(s);
     for (char& c : out)
@@ -296,9 +186,7 @@ std::string pool_option_cli_names(const pool_option_spec& spec) {
   };
   std::string names = "--" + dashed(spec.name);
   if (!spec.alias.empty()) names += ",--" + dashed(spec.alias);
-  if (std::holds_alternative<bool P::*>(spec.field)) {
-    names += ",!--no-" + dashed(spec.name);
-  }
+  if (std::holds_alternative<bool P::*>(spec.field)) names += ",!--no-" + dashed(spec.name);
   return names;
 }
 
@@ -324,36 +212,25 @@ std::string changed_pool_options(const pool_options& o) {
   return out;
 }
 
-void check_pool_option_ranges(const pool_options& o) {
-  for (const auto& s : specs)
-    if (const auto* member = std::get_if<double P::*>(&s.field); member && !in_range(s, o.**member))
-      throw std::invalid_argument(fmt::format("gpumem::pool: {} {} is not {}", s.name, o.**member, s.requirement));
-}
-
-std::string pool_option_text(const pool_options& o, const pool_option_spec& spec, pool_option_source from) {
+std::string pool_option_text(const pool_options& o, const pool_option_spec& spec) {
   return std::visit(
       [&](auto member) -> std::string {
-        using T = std::remove_cvref_t<decltype(o.*member)>;
-        const T v = o.*member;
-        if constexpr (std::is_same_v<T, bool>) {
+        const auto v = o.*member;
+        if constexpr (std::is_same_v<decltype(v), const bool>) {
           return v ? "on" : "off";
-        } else if constexpr (std::is_same_v<T, std::size_t>) {
+        } else {
           if (v == std::numeric_limits<std::size_t>::max()) return "max";
           static constexpr std::pair<unsigned, char> suffixes[] = {{40, 'T'}, {30, 'G'}, {20, 'M'}, {10, 'K'}};
           for (const auto& [shift, suffix] : suffixes)
             if (v != 0 && v % (std::size_t{1} << shift) == 0) return fmt::format("{}{}", v >> shift, suffix);
           return fmt::format("{}", v);
-        } else {
-          return fmt::format("{}", from == pool_option_source::command_line ? v / spec.cli_scale : v);
         }
       },
       spec.field);
 }
 
 std::string_view pool_option_kind(const pool_option_spec& spec) {
-  if (std::holds_alternative<std::size_t P::*>(spec.field)) return "bytes";
-  if (std::holds_alternative<bool P::*>(spec.field)) return "flag";
-  return "number";
+  return std::holds_alternative<std::size_t P::*>(spec.field) ? "bytes" : "flag";
 }
 
 std::string pool_options_markdown() {
@@ -368,14 +245,17 @@ std::string pool_options_markdown() {
       "# Pool options\n\n"
       "<!-- Generated by `gpumem options --markdown` from src/alloc/pool_option_table.cpp; do not edit. The\n"
       "     test cli_options_doc_up_to_date fails when this file and the table differ. -->\n\n"
-      "Every field of `gpumem::pool_options` that can be set from text. The same table gives the\n"
-      "command-line flags of `gpumem replay` and `gpumem bench`, the keys of `GPUMEM_CONFIG` and\n"
-      "`gpumem_configure` (`key=value,key=value`), and the `pool_options` column of bench's JSON.\n\n"
+      "Every field of `gpumem::pool_options`: what a user of the pool decides. The same table gives\n"
+      "the command-line flags of `gpumem replay` and `gpumem bench`, the keys of `GPUMEM_CONFIG` and\n"
+      "`gpumem_configure` (`key=value,key=value`), the keywords of `gpumem.torch.use` and\n"
+      "`gpumem.cupy.use`, and the `pool_options` column of bench's JSON, each with the default below.\n"
+      "How the pool meets them (when it grows, what it caches, when it moves memory) is its policy's\n"
+      "own business and not an option; a key or flag naming one is refused as unknown.\n\n"
       "Kinds: **bytes** is a count with an optional K, M, G or T suffix (powers of 1024; `KiB`, `kb` and\n"
       "fractions such as `1.5G` too), or `max`; **flag** is 0/1, true/false, on/off or yes/no (on the\n"
-      "command line `--x` sets it and `--no-x` clears it); **number** is a real number in the range given.\n\n"
-      "| key | alias | flag | kind | default | values | what it does |\n"
-      "|---|---|---|---|---|---|---|\n";
+      "command line `--x` sets it and `--no-x` clears it).\n\n"
+      "| key | alias | flag | kind | default | what it does |\n"
+      "|---|---|---|---|---|---|\n";
   for (const auto& s : specs) {
     std::string flag = pool_option_cli_names(s);
     std::string flags;
@@ -387,13 +267,9 @@ std::string pool_options_markdown() {
       flags += fmt::format("{}`{}`", flags.empty() ? "" : " ", name);
       start = end + 1;
     }
-    std::string values;
-    if (!s.requirement.empty()) values = std::string(s.requirement);
-    if (s.cli_scale != 1.0)
-      values += fmt::format("{}the flag's value times {:g} is the key's", values.empty() ? "" : "; ", s.cli_scale);
-    md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", s.name,
+    md += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", s.name,
                       s.alias.empty() ? std::string() : fmt::format("`{}`", s.alias), flags, pool_option_kind(s),
-                      fmt::format("`{}`", pool_option_text(defaults, s)), cell(values), cell(s.help));
+                      fmt::format("`{}`", pool_option_text(defaults, s)), cell(s.help));
   }
   return md;
 }

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "gpumem/detail/pool_tuning.hpp"
+
 #include "doctor_pinned.hpp"
 #include "doctor_words.hpp"
 #include "trace_profile.hpp"
@@ -136,9 +138,11 @@ bool reserve_alternative(const trace& t, const doctor_options& opts, finding& f,
   ro.passes = 2;
   ro.min_ops = 0;
   try {
-    ro.pool.grow_before_reclaim = true;
+    detail::pool_tuning growing = opts.replay.tuning ? *opts.replay.tuning : detail::pool_tuning{};
+    growing.grow_before_reclaim = true;
+    ro.tuning = &growing;
     const std::size_t grown = opts.replayer(t, ro).peak_reserved_bytes;
-    ro.pool.grow_before_reclaim = opts.replay.pool.grow_before_reclaim;
+    ro.tuning = opts.replay.tuning;
     std::size_t reserve = grown;
     int steps = 0;
     replay_result reserved;
@@ -173,7 +177,9 @@ void slow_path_remapping(const trace& t, const doctor_options& opts, const repla
   if (m.granules == 0) return;
   replay_options ro = opts.replay;
   ro.resource = "pool";
-  ro.pool.idle_budget = th.remap_alternative_idle_budget;
+  detail::pool_tuning budget = opts.replay.tuning ? *opts.replay.tuning : detail::pool_tuning{};
+  budget.idle_budget = th.remap_alternative_idle_budget;
+  ro.tuning = &budget;
   const replay_result alt = opts.replayer(t, ro);
   const moves am = moves_of(alt, th);
   const double per_1000 = pool.per_1000_ops(m.granules), alt_per_1000 = alt.per_1000_ops(am.granules);
@@ -194,14 +200,14 @@ void slow_path_remapping(const trace& t, const doctor_options& opts, const repla
                           "reserved / peak live",
                           m.granules, per_1000, m.driver_maps, m.driver_unmaps, m.driver_seconds * 1e3,
                           th.remap_alternative_idle_budget, alt_per_1000, am.driver_seconds * 1e3, alt.fragmentation);
-  f.advice = "Each granule the pool moves is a CUDA driver call of tens of µs. If the job's shapes keep "
-             "changing and its time matters more than the last percents of memory, give the pool an idle "
-             "budget (pool_options::idle_budget; gpumem's PyTorch and CuPy adaptor use 0.05): it keeps that "
-             "fraction of live memory mapped instead of moving it.";
+  f.advice = "Each granule the pool moves is a CUDA driver call of tens of µs. The idle-budget figures say "
+             "what keeping that fraction of live memory mapped instead of moving it would trade (the pool's "
+             "policy, not an option).";
   std::string sentence;
   if (reserve_alternative(t, opts, f, sentence, out)) {
     f.summary += sentence;
-    f.advice += " Or size the pool for the job once, at start-up: pool_options::initial_reserve_bytes "
+    f.advice += " If the job's shapes keep changing and its time matters more than the last percents of "
+                "memory, size the pool for the job once, at start-up: pool_options::initial_reserve_bytes "
                 "(`--initial-reserve`; `initial_reserve` in the PyTorch adaptor's config) maps that memory "
                 "when the pool is made, free for every stream, so the job's steps find it mapped.";
   }

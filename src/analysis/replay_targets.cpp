@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/sim_device.hpp"
 
@@ -33,7 +34,7 @@ struct pool_target final : target {
                         .granularity_bytes = default_granularity,
                         .virtual_memory = virtual_memory,
                         .auto_complete = o.device_lag_ops == 0}),
-        p(dev.memory(), dev.streams(), o.pool),
+        p(dev.memory(), dev.streams(), o.pool, o.tuning ? *o.tuning : detail::pool_tuning{}),
         lag(o.device_lag_ops) {}
   void tick() {
     if (lag && ++since_done >= lag) {

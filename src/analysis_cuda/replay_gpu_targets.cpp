@@ -14,6 +14,7 @@
 #include "pattern_verifier.hpp"
 #include "gpumem/cuda/availability.hpp"
 #include "gpumem/cuda/gpu_pool.hpp"
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/replay.hpp"
 
 namespace gpumem {
@@ -48,7 +49,8 @@ class stream_map {
 class gpu_pool_target final : public replay_target {
  public:
   gpu_pool_target(const replay_options& o, gpu_upstream_kind kind)
-      : pool_((require_gpu("gpu-pool"), gpu_pool_options{.upstream = kind, .device = -1, .pool = o.pool, .async = {}})) {}
+      : pool_((require_gpu("gpu-pool"), gpu_pool_options{.upstream = kind, .device = -1, .pool = o.pool, .async = {}}),
+              o.tuning ? *o.tuning : detail::pool_tuning{}) {}
   ~gpu_pool_target() override { cudaDeviceSynchronize(); }
   void* allocate(std::size_t bytes, stream_ref s) override {
     try {

@@ -1,7 +1,7 @@
 #pragma once
 // How `--help` shows options: CLI11's own layout, but a flag with a "--no-" twin is shown as
-// "--front-cache,--no-front-cache" without the value each name sets ("{false}"), which read as the
-// flag's default. Where a default matters it is shown as it is: "(default: on)", "=32M".
+// "--zero-on-free,--no-zero-on-free" without the value each name sets ("{false}"), which read as
+// the flag's default. Where a default matters it is shown as it is: "(default: off)", "=max".
 #include <CLI/CLI.hpp>
 
 #include <string>

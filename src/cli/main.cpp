@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "command.hpp"
 #include "errors.hpp"
 #include "help_format.hpp"
+#include "pool_option_args.hpp"
 
 #ifndef GPUMEM_VERSION
 #error "GPUMEM_VERSION (the project's version) must be defined by the build"
@@ -90,6 +92,12 @@ int main(int argc, char** argv) {
       print_error("", "no command given (the commands: {}); `gpumem help` explains them", command_names(app));
     else if (command.empty() && argv[1][0] != '-')
       print_error("", "unknown command '{}' (the commands: {})", argv[1], command_names(app));
+    else if (const auto subs = std::as_const(app).get_subcommands(
+                 [&](const CLI::App* sub) { return sub->get_name() == command; });
+             subs.size() == 1 && dynamic_cast<const CLI::ExtrasError*>(&e) && takes_pool_options(*subs.front()))
+      // A flag that set one of the pool policy's settings once: say which flags the pool takes.
+      print_error(command, fmt::format("{} (its pool options: {}; `gpumem options` lists them)", e.what(),
+                                       pool_option_flag_list()));
     else
       print_error(command, e.what());
     return exit_unavailable;

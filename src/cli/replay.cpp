@@ -31,7 +31,7 @@ struct replay_args {
   std::size_t device_lag = 0;  // --device-lag
   bool recorded_threads = false;  // --recorded-threads
   bool settle = false;            // --settle
-  pool_options pool;  // --idle-budget, --grow-before-reclaim
+  pool_options pool;  // --max-reserved-bytes, --initial-reserve, ...
 };
 
 // A CLI11 check that the text is a count, at least `minimum`: the message says what is wrong.
@@ -233,7 +233,7 @@ const registrar reg{command{
                    "pool resources, with --passes or --ops: pool::settle between passes, as a job calls it where "
                    "each step ends (cached blocks and empty slabs back to the pool's free memory, nothing to the "
                    "device), so each pass starts from the layout the first started from");
-      add_pool_tuning_options(sub, args->pool, "pool resources");
+      add_pool_option_flags(sub, args->pool, "pool resources");
       sub.add_flag("--min-capacity", args->min_capacity,
                    "also find the smallest capacity (to the 2 MiB granule) that runs the trace with no failure");
       sub.footer(

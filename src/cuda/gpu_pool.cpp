@@ -1,6 +1,9 @@
 #include "gpumem/cuda/gpu_pool.hpp"
 
+#include <utility>
+
 #include "gpumem/cuda/upstreams.hpp"
+#include "gpumem/detail/pool_tuning.hpp"
 
 namespace gpumem {
 
@@ -11,7 +14,7 @@ struct gpu_pool::state {
   cuda_ordering ord;
   std::unique_ptr<gpumem::pool> p;
 
-  explicit state(const gpu_pool_options& o) {
+  state(const gpu_pool_options& o, const detail::pool_tuning& tuning) {
     switch (o.upstream) {
       case gpu_upstream_kind::vmm: up = std::make_unique<vmm_upstream>(o.device, o.shareable); break;
       case gpu_upstream_kind::device: up = std::make_unique<device_upstream>(o.device); break;
@@ -22,12 +25,14 @@ struct gpu_pool::state {
         break;
       }
     }
-    p = std::make_unique<gpumem::pool>(*up, ord, o.pool);
+    p = std::make_unique<gpumem::pool>(*up, ord, o.pool, tuning);
   }
   ~state() { p.reset(); }
 };
 
-gpu_pool::gpu_pool(gpu_pool_options opts) : state_(std::make_shared<state>(opts)), pool_(state_->p.get()) {}
+gpu_pool::gpu_pool(gpu_pool_options opts) : gpu_pool(std::move(opts), detail::pool_tuning{}) {}
+gpu_pool::gpu_pool(gpu_pool_options opts, const detail::pool_tuning& tuning)
+    : state_(std::make_shared<state>(opts, tuning)), pool_(state_->p.get()) {}
 
 upstream& gpu_pool::memory() const noexcept { return *state_->up; }
 

@@ -21,8 +21,8 @@ gpumem_error_test(cli_error_replay_bad_capacity
   "^gpumem replay: error: --capacity: 'lots' is not a byte size[^\n]*\nexit 2\n$"
   replay ${_examples}/small_training.csv --capacity lots)
 gpumem_error_test(cli_error_replay_pool_option
-  "^gpumem replay: error: --idle-budget: '-1' is not a fraction >= 0[^\n]*\nexit 2\n$"
-  replay ${_examples}/small_training.csv --idle-budget -1)
+  "^gpumem replay: error: --max-reserved-bytes: '-1' is not a byte size[^\n]*\nexit 2\n$"
+  replay ${_examples}/small_training.csv --max-reserved-bytes -1)
 gpumem_error_test(cli_error_doctor_bad_trace
   "^gpumem doctor: error: [^\n]*bad_action.csv:3: unknown action `release`[^\n]*\nexit 2\n$"
   doctor ${_data}/bad_action.csv)

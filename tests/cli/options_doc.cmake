@@ -8,4 +8,4 @@ set_tests_properties(cli_options_doc_up_to_date PROPERTIES LABELS cpu)
 # The plain listing: each option with its kind, default and flags.
 add_test(NAME cli_options_lists_defaults COMMAND $<TARGET_FILE:gpumem_cli> options)
 set_tests_properties(cli_options_lists_defaults PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "\nfront_cache +flag +default on +--front-cache,--no-front-cache\n.*\nfront_cache_bytes +bytes +default 32M ")
+  PASS_REGULAR_EXPRESSION "^small_max_bytes +bytes +default 1M +--small-max-bytes\n.*\nzero_on_free +flag +default off +--zero-on-free,--no-zero-on-free\n")

@@ -26,12 +26,12 @@ foreach(_cmd bench bench-hierarchy doctor help info options replay report)
     PASS_REGULAR_EXPRESSION "Examples?:\n  gpumem ${_cmd}[ \n]")
 endforeach()
 
-# Boolean pool options show their real default (front_cache is on by default), never CLI11's
-# "{false}", the value --no-x sets; sizes show theirs with a suffix.
+# Boolean pool options show their real default, never CLI11's "{false}", the value --no-x sets;
+# sizes show theirs with a suffix.
 foreach(_cmd replay)
   add_test(NAME cli_help_pool_flag_defaults_${_cmd} COMMAND ${_cli} ${_cmd} --help)
   set_tests_properties(cli_help_pool_flag_defaults_${_cmd} PROPERTIES LABELS cpu
-    PASS_REGULAR_EXPRESSION "--front-cache,--no-front-cache \\(default: on\\).*--front-cache-bytes BYTES=32M.*--zero-on-free,--no-zero-on-free \\(default: off\\)"
+    PASS_REGULAR_EXPRESSION "--small-max-bytes BYTES=1M.*--max-reserved-bytes,--max-reserved BYTES=max.*--zero-on-free,--no-zero-on-free \\(default: off\\)"
     FAIL_REGULAR_EXPRESSION "\\{false\\}|\\{true\\}")
 endforeach()
 

@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/doctor.hpp"
 #include "gpumem/errors.hpp"
 #include "gpumem/host_memory.hpp"
@@ -434,9 +435,11 @@ TEST(Doctor, SlowPathRemappingQuotesAnInitialReserveSizedByGrowingFirst) {
   const auto t = varlen_example();
   const auto r = gpumem::diagnose(t, with_the_real_replay());
   const auto& f = must_find(r, "slow-path-remapping");
+  gpumem::detail::pool_tuning tuning;
+  tuning.grow_before_reclaim = true;
   gpumem::replay_options o;
   o.passes = 2;
-  o.pool.grow_before_reclaim = true;
+  o.tuning = &tuning;
   const gpumem::replay_result growing = gpumem::replay(t, o);
   const std::size_t grown = growing.peak_reserved_bytes;
   EXPECT_EQ(f.at("reserve_growing_first_bytes"), static_cast<double>(grown));

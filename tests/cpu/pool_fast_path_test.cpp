@@ -23,7 +23,7 @@ using gpumem::test::sim_pool_rig;
 class FastPath : public ::testing::TestWithParam<bool> {  // grow_before_reclaim
  protected:
   std::unique_ptr<sim_pool_rig> rig() const {
-    pool_options po;
+    detail::pool_config po;
     po.grow_before_reclaim = GetParam();
     return std::make_unique<sim_pool_rig>(sim_options{.capacity_bytes = std::size_t{1} << 32, .auto_complete = true},
                                           po);

@@ -31,8 +31,8 @@ class FrontEviction : public ::testing::TestWithParam<policy> {
   // Large blocks may fill 8 MiB of each front cache (growing first too: live bytes stay small
   // here, so a quarter of them is less; and the reserve headroom is off, which would let it keep
   // everything freed since the peak: pool_reserve_headroom_test.cpp).
-  pool_options options() const {
-    pool_options po;
+  detail::pool_config options() const {
+    detail::pool_config po;
     po.grow_before_reclaim = GetParam().grow_first;
     po.front_cache_bytes = 8 * MiB;
     po.front_cache_reserve_headroom = 0;
@@ -165,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, FrontEviction,
 TEST(FrontEvictionGrowFirst, AFullBinGivesUpItsOldest) {
   // Growing first, a bin of 64 MiB blocks keeps two (bin_limit_for); the budget is no limit here.
   // (Within the reserve headroom a full bin widens once: off here; pool_reserve_headroom_test.cpp.)
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   po.front_cache_bytes = std::size_t{1} << 30;
   po.front_cache_reserve_headroom = 0;
@@ -196,7 +196,7 @@ namespace {
 // cache's very first free), and gave it to the arena; the thread stress test caught it, a slab
 // that never emptied again.
 TEST(FrontEvictionRecords, ARecordReusedForASlotIsNotEvicted) {
-  pool_options po;
+  detail::pool_config po;
   po.front_cache_bytes = 4 * MiB;
   po.grow_before_reclaim = true;  // the large requests below grow, not empty the front cache first
   po.front_cache_reserve_headroom = 0;  // the 4 MiB budget binds (else what was freed since the peak may stay)

@@ -1,4 +1,4 @@
-// pool_options::grow_before_reclaim: the pool grows before it empties front caches and gives back
+// pool_tuning::grow_before_reclaim: the pool grows before it empties front caches and gives back
 // empty slabs, and still reclaims — rather than fail — when growing is refused. The default keeps
 // the tight policy: caching never makes the pool grow.
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ using gpumem::test::MiB;
 // Blocks of one small class are allocated and freed (their slabs stay, partly in the front cache),
 // then blocks of another class need new slabs. Returns reserved bytes after the second phase.
 std::size_t reserved_after_class_switch(bool grow_first) {
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = grow_first;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   std::vector<void*> held;
@@ -52,7 +52,7 @@ TEST(GrowBeforeReclaim, GrowsWhereTheDefaultReusesWhatTheCachesHeld) {
 TEST(GrowBeforeReclaim, ReclaimsInsteadOfFailingWhenTheDeviceIsFull) {
   // 32 MiB of device. 20 MiB of small blocks come and go (their slabs stay reserved); then a
   // 24 MiB block cannot be had by growing, so the pool must give the slabs back and use them.
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   sim_pool_rig r(sim_options{.capacity_bytes = 32 * MiB, .auto_complete = true}, po);
   std::vector<void*> held;
@@ -70,7 +70,7 @@ TEST(GrowBeforeReclaim, ReclaimsInsteadOfFailingWhenTheDeviceIsFull) {
 
 TEST(GrowBeforeReclaim, ReclaimsAtThePoolsOwnLimit) {
   // The same with the limit set by max_reserved_bytes instead of the device.
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   po.max_reserved_bytes = 32 * MiB;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
@@ -88,7 +88,7 @@ TEST(GrowBeforeReclaim, ReclaimsAtThePoolsOwnLimit) {
 // A 30 MiB block is freed (its granules stay mapped and idle), then a 36 MiB one is asked for while
 // a 4 MiB block bounds the hole. Returns the pool's stats after that.
 pool_stats after_idle_granules(bool grow_first, std::size_t capacity) {
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = grow_first;
   return gpumem::test::stats_after_idle_hole(sim_options{.capacity_bytes = capacity, .auto_complete = true}, po,
                                              30 * MiB, 4 * MiB, 36 * MiB);
@@ -113,7 +113,7 @@ TEST(GrowBeforeReclaim, IdleGranulesAreRemappedWhenTheDeviceIsFull) {
 TEST(GrowBeforeReclaim, ManyThreadsOnTheirOwnStreamsStayConsistent) {
   // Eight threads, each on its own stream, sizes across the slab range and past it; every block is
   // checked against the shadow model, and the invariants at the end.
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{8} << 30, .auto_complete = true}, po);
   constexpr int threads = 8;
@@ -171,8 +171,8 @@ std::size_t block_bytes_at(const pool& p, const void* q) {
   return 0;
 }
 
-pool_options grow_first(double fraction = pool_options{}.front_cache_grow_fraction) {
-  pool_options po;
+detail::pool_config grow_first(double fraction = detail::pool_config{}.front_cache_grow_fraction) {
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   po.front_cache_grow_fraction = fraction;
   return po;
@@ -217,7 +217,7 @@ TEST(GrowBeforeReclaim, ACachedLargeBlockServesSmallerRequestsOfItsClassAndTheCl
 }
 
 TEST(GrowBeforeReclaim, TheDefaultPolicyHandsOutLargeBlocksOfExactlyTheSizeAsked) {
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, pool_options{});
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, detail::pool_config{});
   void* a = r.allocate(in_class, default_alignment, stream_ref{});
   r.deallocate(a, stream_ref{});
   const std::uint64_t slow = slow_allocations(*r.p);
@@ -274,7 +274,7 @@ TEST(GrowBeforeReclaim, CarvesARequestFromALargerCachedBlockBeforeGrowing) {
 // (The reserve headroom is off: it would let the front cache keep everything freed since the
 // peak, whatever the share; pool_reserve_headroom_test.cpp.)
 std::uint64_t large_hits_after_refree(double fraction) {
-  pool_options po = grow_first(fraction);
+  detail::pool_config po = grow_first(fraction);
   po.front_cache_reserve_headroom = 0;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .auto_complete = true}, po);
   std::vector<std::size_t> sizes;
@@ -354,8 +354,8 @@ TEST(GrowBeforeReclaim, AccountingHoldsUnderLargeAndSmallTrafficOnSeveralStreams
 TEST(GrowBeforeReclaim, RejectsAFrontCacheGrowFractionThatIsNoFraction) {
   sim_device dev(sim_options{.capacity_bytes = 64 * MiB});
   for (const double bad : {-0.25, std::nan(""), 1e9}) {
-    pool_options po = grow_first(bad);
-    EXPECT_THROW({ pool p(dev.memory(), dev.streams(), po); }, std::invalid_argument) << bad;
+    detail::pool_config po = grow_first(bad);
+    EXPECT_THROW({ pool p(dev.memory(), dev.streams(), po, po); }, std::invalid_argument) << bad;
   }
 }
 
@@ -367,7 +367,7 @@ namespace {
 // free then went back to its slab and every small request refilled from there (on the shared
 // traces, most small requests under either policy). Returns the refills
 // a loop of small pairs cost after the large blocks were freed.
-std::uint64_t refills_after_large_blocks_fell(const pool_options& po) {
+std::uint64_t refills_after_large_blocks_fell(const detail::pool_config& po) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .auto_complete = true}, po);
   std::vector<void*> large;
   for (std::size_t i = 0; i < 64; ++i) large.push_back(r.allocate((8 + i % 16) * MiB, default_alignment, stream_ref{}));
@@ -390,6 +390,6 @@ TEST(GrowBeforeReclaim, CachedLargeBlocksLeaveTheSmallBlocksTheirBudget) {
 }
 
 TEST(GrowBeforeReclaim, CachedLargeBlocksLeaveTheSmallBlocksTheirBudgetByDefaultToo) {
-  EXPECT_EQ(refills_after_large_blocks_fell(pool_options{}), 0u)
+  EXPECT_EQ(refills_after_large_blocks_fell(detail::pool_config{}), 0u)
       << "the freed small block stays in its bin and serves the next request";
 }

@@ -60,7 +60,7 @@ TEST(HandleReuse, TheSimulatorGivesTheLastReleasedValueToNewMemory) {
 // without waiting for any stream (a trim would wait for them all and finish every retiring place
 // first).
 TEST(HandleReuse, ARetiringPlaceWhoseHandleWasReleasedIsNotKeptForANewHandleWithItsValue) {
-  pool_options po;
+  detail::pool_config po;
   po.front_cache = false;
   po.stream_ordered_moves = true;
   po.address_range_bytes = 5 * G;

@@ -1,4 +1,4 @@
-// pool_options::max_handle_bytes: growth makes one physical handle per run of missing granules (up
+// pool_tuning::max_handle_bytes: growth makes one physical handle per run of missing granules (up
 // to that size), each mapped in one piece, and a handle is only ever unmapped, moved or given back
 // whole. By default the tight policy keeps one granule per handle; grow_before_reclaim takes 32 MiB.
 // (The randomized sequences in pool_random_test.cpp run 8 MiB handles and the grow-first policy
@@ -15,15 +15,15 @@ using namespace gpumem;
 using gpumem::test::sim_pool_rig;
 using gpumem::test::MiB;
 
-pool_options options(bool grow_first, std::size_t handle_bytes) {
-  pool_options po;
+detail::pool_config options(bool grow_first, std::size_t handle_bytes) {
+  detail::pool_config po;
   po.grow_before_reclaim = grow_first;
   po.max_handle_bytes = handle_bytes;
   return po;
 }
 
 // Physical handles created for one 64 MiB block on a fresh pool.
-std::uint64_t handles_for_64_mib(const pool_options& po) {
+std::uint64_t handles_for_64_mib(const detail::pool_config& po) {
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   void* p = r.allocate(64 * MiB, default_alignment, stream_ref{});
   const std::uint64_t calls = r.dev->upstream_calls();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpumem/errors.hpp"
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/pool.hpp"
 #include "gpumem/sim_device.hpp"
 
@@ -32,8 +33,9 @@ TEST_P(InitialReserve, IsHeldFromTheStartAndServesEveryStreamWithoutGrowth) {
   for (const bool grow_first : {false, true}) {
     pool_options po;
     po.initial_reserve_bytes = 100 * MiB + 1;  // not a whole granule: rounded up
-    po.grow_before_reclaim = grow_first;
-    pool p(dev.memory(), dev.streams(), po);
+    detail::pool_tuning tuning;
+    tuning.grow_before_reclaim = grow_first;
+    pool p(dev.memory(), dev.streams(), po, tuning);
     const pool_stats start = p.stats();
     EXPECT_GE(start.reserved_bytes, 100 * MiB + 1);
     EXPECT_LE(start.reserved_bytes, 102 * MiB);

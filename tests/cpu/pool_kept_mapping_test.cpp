@@ -18,8 +18,8 @@ using gpumem::test::sim_pool_rig;
 
 // Front caches off, so every free reaches the arena; 70 MiB of address space (35 granules), so
 // where each request can land is forced.
-pool_options narrow_range() {
-  pool_options po;
+detail::pool_config narrow_range() {
+  detail::pool_config po;
   po.front_cache = false;
   po.address_range_bytes = 70 * MiB;
   return po;
@@ -86,12 +86,12 @@ TEST(KeptMapping, ThePoolsEndUnmapsThemAll) {
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }
 
-// Stream-ordered moves (pool_options::stream_ordered_moves): memory stream S freed while its work
+// Stream-ordered moves (pool_tuning::stream_ordered_moves): memory stream S freed while its work
 // is still queued is mapped a second time under S's next request, and its old place retires. Once
 // S has run past the frees there, the old place stays mapped as a kept mapping instead of being
 // unmapped: no driver call, and the next request there may take it back for free.
 TEST(KeptMapping, ARetiringPlaceBecomesAKeptMappingNotADriverUnmap) {
-  pool_options po;
+  detail::pool_config po;
   po.stream_ordered_moves = true;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);  // completes nothing until told
   const stream_ref s = r.dev->create_stream();

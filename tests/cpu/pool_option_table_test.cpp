@@ -1,6 +1,8 @@
-// The pool option table (gpumem/pool_option_table.hpp): every option it names can be set from text,
-// written back and read again to the same options; bad text is refused by name and changes nothing;
-// names, aliases and CLI flags never collide; the pool's constructor refuses what the table refuses.
+// The pool option table (gpumem/pool_option_table.hpp): it has one row per pool_options field and
+// no other; every option it names can be set from text, written back and read again to the same
+// options; bad text is refused by name and changes nothing; names, aliases and CLI flags never
+// collide; the policy's settings (detail::pool_tuning) are no keys, and the pool refuses them out
+// of their ranges.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/pool.hpp"
 #include "gpumem/pool_option_table.hpp"
 #include "gpumem/sim_device.hpp"
@@ -23,15 +26,58 @@ std::string all_values(const pool_options& o) {
   return out;
 }
 
-// A value unlike the default, valid for the option: flags flipped, sizes and numbers moved inside
-// their range.
+// A value unlike the default, valid for the option: flags flipped, sizes moved.
 std::string other_value(const pool_options& defaults, const pool_option_spec& s) {
   if (std::holds_alternative<bool pool_options::*>(s.field))
     return pool_option_value(defaults, s) == "1" ? "0" : "1";
-  if (std::holds_alternative<std::size_t pool_options::*>(s.field))
-    return pool_option_value(defaults, s) == "4194304" ? "8M" : "4M";
-  const double least = s.least, v = s.most > least + 1 ? least + 0.5 : (least + s.most) / 2;
-  return std::to_string(v);
+  return pool_option_value(defaults, s) == "4194304" ? "8M" : "4M";
+}
+
+// How many fields an aggregate has: the most initializers it takes.
+struct any_field {
+  template <class T>
+  operator T() const;  // never called: only in unevaluated braces
+};
+template <class T, class... Fields>
+constexpr std::size_t field_count() {
+  if constexpr (requires { T{Fields{}..., any_field{}}; }) return field_count<T, Fields..., any_field>();
+  else return sizeof...(Fields);
+}
+
+// What a user decides, and no more: a handful of fields, each a row of the table.
+static_assert(field_count<pool_options>() <= 8, "pool_options keeps what a user decides; the policy's settings go in detail::pool_tuning");
+
+TEST(PoolOptionTable, HasOneRowPerPublicFieldAndNoOther) {
+  const auto specs = pool_option_specs();
+  EXPECT_EQ(specs.size(), field_count<pool_options>());
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    for (std::size_t j = i + 1; j < specs.size(); ++j)
+      EXPECT_FALSE(specs[i].field == specs[j].field) << specs[i].name << " and " << specs[j].name;
+  std::set<std::string> names;
+  for (const auto& s : pool_option_specs()) names.insert(std::string(s.name));
+  EXPECT_EQ(names, (std::set<std::string>{"small_max_bytes", "release_threshold_bytes", "max_reserved_bytes",
+                                          "zero_on_free", "initial_reserve_bytes"}));
+}
+
+// The policy's settings were options once: their keys are now refused as unknown, by name, with
+// the keys that are known, and no flag is made for them.
+TEST(PoolOptionTable, ThePolicysSettingsAreNoKeys) {
+  for (const char* key : {"min_segment_bytes", "address_range_bytes", "idle_budget", "reserve_ceiling",
+                          "max_handle_bytes", "grow_before_reclaim", "front_cache", "front_cache_bytes",
+                          "front_cache_grow_fraction", "front_cache_reserve_headroom", "front_cache_peak_fraction",
+                          "reclaim_own_first", "wait_before_grow", "remap_time_budget", "remap_cost_ns_per_granule",
+                          "stream_ordered_moves"}) {
+    EXPECT_EQ(find_pool_option(key), nullptr) << key;
+    pool_options o;
+    try {
+      parse_pool_config(std::string(key) + "=1", o);
+      ADD_FAILURE() << key << " was taken";
+    } catch (const std::invalid_argument& e) {
+      const std::string why = e.what();
+      EXPECT_EQ(why.rfind(std::string("GPUMEM_CONFIG: unknown key '") + key + "' (known: small_max_bytes, ", 0), 0u)
+          << why;
+    }
+  }
 }
 
 TEST(PoolOptionTable, NamesAliasesAndFlagsAreUniqueAndFound) {
@@ -58,7 +104,7 @@ TEST(PoolOptionTable, NamesAliasesAndFlagsAreUniqueAndFound) {
   EXPECT_EQ(find_pool_option("no_such_option"), nullptr);
   EXPECT_EQ(pool_option_cli_names(*find_pool_option("initial_reserve_bytes")),
             "--initial-reserve-bytes,--initial-reserve");
-  EXPECT_EQ(pool_option_cli_names(*find_pool_option("front_cache")), "--front-cache,!--no-front-cache");
+  EXPECT_EQ(pool_option_cli_names(*find_pool_option("zero_on_free")), "--zero-on-free,!--no-zero-on-free");
 }
 
 // Each option alone: set from text, it is the one option changed_pool_options names, and that text
@@ -81,14 +127,12 @@ TEST(PoolOptionTable, EveryOptionRoundTripsThroughText) {
 
 TEST(PoolOptionTable, BadTextIsRefusedByNameAndChangesNothing) {
   pool_options o;
-  o.idle_budget = 0.25;
-  o.front_cache_bytes = 123;
+  o.max_reserved_bytes = 123;
+  o.zero_on_free = true;
   const std::string before = all_values(o);
   const std::pair<const char*, const char*> bad[] = {
-      {"front_cache_bytes", "lots"},   {"front_cache_bytes", "-1"},        {"front_cache_bytes", "4X"},
-      {"max_handle_bytes", ""},        {"front_cache", "maybe"},           {"idle_budget", "-0.1"},
-      {"idle_budget", "nan"},          {"idle_budget", "0.1x"},            {"reserve_ceiling", "0.5"},
-      {"remap_time_budget", "1.5"},    {"front_cache_peak_fraction", "-1"}, {"initial_reserve", "99999999999T"},
+      {"max_reserved_bytes", "lots"}, {"max_reserved_bytes", "-1"}, {"release_threshold", "4X"},
+      {"small_max_bytes", ""},        {"zero_on_free", "maybe"},    {"initial_reserve", "99999999999T"},
   };
   for (auto [key, text] : bad) {
     try {
@@ -103,21 +147,11 @@ TEST(PoolOptionTable, BadTextIsRefusedByNameAndChangesNothing) {
   }
   // On the command line the error names the flag.
   try {
-    set_pool_option(o, *find_pool_option("reserve_ceiling"), "0.5", pool_option_source::command_line);
+    set_pool_option(o, *find_pool_option("max_reserved"), "lots", pool_option_source::command_line);
     ADD_FAILURE();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "--reserve-ceiling: '0.5' is not 0 (none) or a multiple of peak live >= 1");
+    EXPECT_EQ(std::string(e.what()).rfind("--max-reserved-bytes: 'lots' is not a byte size", 0), 0u) << e.what();
   }
-}
-
-TEST(PoolOptionTable, CommandLineUnitsAreScaled) {
-  pool_options o;
-  set_pool_option(o, *find_pool_option("remap_cost_ns_per_granule"), "36", pool_option_source::command_line);
-  EXPECT_EQ(o.remap_cost_ns_per_granule, 36000.0);
-  set_pool_option(o, *find_pool_option("remap_cost_ns_per_granule"), "36");
-  EXPECT_EQ(o.remap_cost_ns_per_granule, 36.0);
-  set_pool_option(o, *find_pool_option("reserve_ceiling"), "0");  // 0 is "none", though below 1
-  EXPECT_EQ(o.reserve_ceiling, 0.0);
 }
 
 TEST(PoolOptionTable, ByteSizesAndFlags) {
@@ -139,24 +173,39 @@ TEST(PoolOptionTable, ByteSizesAndFlags) {
   EXPECT_THROW(parse_flag("2"), std::invalid_argument);
 }
 
-// The pool refuses numbers out of the table's ranges, naming the field, and makes nothing.
-TEST(PoolOptionTable, PoolConstructorRefusesWhatTheTableRefuses) {
+// The pool refuses the policy's numbers out of their ranges, naming the field, and makes nothing.
+TEST(PoolTuning, PoolConstructorRefusesNumbersOutOfRange) {
   sim_device dev;
-  for (const auto& s : pool_option_specs()) {
-    const auto* member = std::get_if<double pool_options::*>(&s.field);
-    if (!member) continue;
-    pool_options o;
-    // Below the range: under 0, or between 0 ("off") and the least where 0 means off.
-    o.**member = s.zero_means_off ? s.least / 2 : s.least - 1.0;
-    try {
-      pool p(dev.memory(), dev.streams(), o);
-      ADD_FAILURE() << s.name << " " << o.**member << " was taken";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("gpumem::pool: ", 0), 0u) << e.what();
-      EXPECT_NE(std::string(e.what()).find(s.name), std::string::npos) << e.what();
+  const std::pair<const char*, double detail::pool_tuning::*> numbers[] = {
+      {"idle_budget", &detail::pool_tuning::idle_budget},
+      {"reserve_ceiling", &detail::pool_tuning::reserve_ceiling},
+      {"front_cache_grow_fraction", &detail::pool_tuning::front_cache_grow_fraction},
+      {"front_cache_reserve_headroom", &detail::pool_tuning::front_cache_reserve_headroom},
+      {"front_cache_peak_fraction", &detail::pool_tuning::front_cache_peak_fraction},
+      {"remap_time_budget", &detail::pool_tuning::remap_time_budget},
+      {"remap_cost_ns_per_granule", &detail::pool_tuning::remap_cost_ns_per_granule},
+  };
+  for (const auto& [name, member] : numbers) {
+    for (const double bad : {-1.0, std::numeric_limits<double>::quiet_NaN()}) {
+      detail::pool_tuning t;
+      t.*member = bad;
+      try {
+        pool p(dev.memory(), dev.streams(), {}, t);
+        ADD_FAILURE() << name << " " << bad << " was taken";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_EQ(std::string(e.what()).rfind(std::string("gpumem::pool: ") + name + " ", 0), 0u) << e.what();
+      }
+      EXPECT_EQ(dev.used_bytes(), 0u);
     }
-    EXPECT_EQ(dev.used_bytes(), 0u);
   }
+  detail::pool_tuning t;
+  t.reserve_ceiling = 0.5;  // 0 is "none"; between 0 and 1 is no ceiling a pool can keep
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), {}, t), std::invalid_argument);
+  t.reserve_ceiling = 0.0;
+  t.remap_time_budget = 1.5;  // more than all of wall time
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), {}, t), std::invalid_argument);
+  t.remap_time_budget = 1.0;
+  EXPECT_NO_THROW(pool(dev.memory(), dev.streams(), {}, t));
 }
 
 TEST(SimDevice, RefusesACapacityNoDeviceHas) {

@@ -16,8 +16,8 @@ using namespace gpumem;
 using gpumem::test::MiB;
 using gpumem::test::sim_pool_rig;
 
-pool_options options(double peak_fraction, bool own_first) {
-  pool_options po;
+detail::pool_config options(double peak_fraction, bool own_first) {
+  detail::pool_config po;
   po.front_cache_peak_fraction = peak_fraction;
   po.reclaim_own_first = own_first;
   return po;
@@ -85,7 +85,7 @@ TEST(FrontCachePeakFraction, LargeBlocksStayCachedUpToTheShareOfPeakAndNeverAddR
 }
 
 TEST(FrontCachePeakFraction, ANegativeFractionIsRefusedByName) {
-  pool_options po;
+  detail::pool_config po;
   po.front_cache_peak_fraction = -1;
   try {
     gpumem::test::sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);

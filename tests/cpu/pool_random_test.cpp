@@ -46,7 +46,7 @@ class RandomSequence : public ::testing::TestWithParam<cfg> {};
 
 TEST_P(RandomSequence, ModelAndInvariantsHoldAfterEveryStep) {
   const cfg& c = GetParam();
-  pool_options po;
+  detail::pool_config po;
   po.small_max_bytes = c.small_max;
   po.release_threshold_bytes = c.release_threshold;
   po.idle_budget = c.idle_budget;

@@ -1,4 +1,4 @@
-// pool_options::remap_time_budget: moving idle granules (unmap here, map there) keeps the reserve
+// pool_tuning::remap_time_budget: moving idle granules (unmap here, map there) keeps the reserve
 // tight and costs tens of µs per granule on a GPU; the budget bounds the host time spent on it.
 // These tests step the budget's clock by hand and charge a modeled 1 ms per granule moved, so
 // what is allowed when is exact. (pool_random_test.cpp runs the budget against the shadow model.)
@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/pool_model.hpp"
@@ -22,8 +23,8 @@ using gpumem::test::sim_pool_rig;
 std::atomic<std::uint64_t> clock_ns{0};
 
 // Front caches off: freed blocks go straight to the arena, where their granules turn idle.
-pool_options options(double budget) {
-  pool_options po;
+detail::pool_config options(double budget) {
+  detail::pool_config po;
   po.front_cache = false;
   po.remap_time_budget = budget;
   po.remap_cost_ns_per_granule = 1e6;
@@ -119,13 +120,13 @@ TEST(RemapTimeBudget, NearTheDevicesLimitASpentBudgetStillMoves) {
 TEST(RemapTimeBudget, BadValuesAreRefused) {
   sim_device dev(sim_options{.capacity_bytes = std::size_t{1} << 30});
   for (double bad : {-0.1, 1.5}) {
-    pool_options po;
+    detail::pool_config po;
     po.remap_time_budget = bad;
-    EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument) << bad;
+    EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument) << bad;
   }
-  pool_options po;
+  detail::pool_config po;
   po.remap_cost_ns_per_granule = -1;
-  EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument);
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument);
 }
 
 // The example inference trace, 36 µs charged per granule moved (a GPU's cost): a budget of 5 %
@@ -134,9 +135,11 @@ TEST(RemapTimeBudget, BadValuesAreRefused) {
 TEST(RemapTimeBudget, OnAVaryingShapeTraceTheBudgetCutsTheMoves) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
   auto run = [&](double budget) {
+    detail::pool_tuning tuning;
+    tuning.remap_time_budget = budget;
+    tuning.remap_cost_ns_per_granule = 36e3;
     replay_options o;
-    o.pool.remap_time_budget = budget;
-    o.pool.remap_cost_ns_per_granule = 36e3;
+    o.tuning = &tuning;
     const replay_result r = replay(t, o);
     EXPECT_EQ(r.failed_allocs, 0u);
     return r.stats;

@@ -45,7 +45,7 @@ std::uint64_t run_step(sim_pool_rig& r) {
 }
 
 std::unique_ptr<sim_pool_rig> rig(double headroom) {
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   po.front_cache_bytes = 8 * MiB;
   po.front_cache_reserve_headroom = headroom;
@@ -92,7 +92,7 @@ TEST(ReserveHeadroom, PastTheHeadroomTheShareOfLiveRules) {
 
 // Eight blocks of one 24 MiB shape a step; growing first its bin keeps 3 (bin_limit_for).
 std::uint64_t hits_on_one_shape(double headroom) {
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   po.front_cache_bytes = std::size_t{1} << 30;  // the budget is no limit here: the bin is
   po.front_cache_reserve_headroom = headroom;
@@ -121,7 +121,7 @@ TEST(ReserveHeadroom, AFullBinWidensOnce) {
 TEST(ReserveHeadroom, TheDefaultPolicyIsUnchanged) {
   // By default caching never adds reserved memory (the front caches are emptied before the pool
   // grows), and the large blocks' budget is front_cache_bytes: the headroom does not apply.
-  pool_options po;
+  detail::pool_config po;
   po.front_cache_bytes = 8 * MiB;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   run_step(r);
@@ -132,7 +132,7 @@ TEST(ReserveHeadroom, TheDefaultPolicyIsUnchanged) {
 
 TEST(ReserveHeadroom, ANegativeOrNanHeadroomIsRefusedByName) {
   for (double bad : {-0.1, std::nan("")}) {
-    pool_options po;
+    detail::pool_config po;
     po.front_cache_reserve_headroom = bad;
     try {
       sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);

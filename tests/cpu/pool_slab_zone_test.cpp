@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/pool.hpp"
 #include "gpumem/sim_device.hpp"
 
@@ -30,11 +31,11 @@ struct hole_scenario {
   std::size_t reserved_before = 0, reserved_after = 0;
   std::uintptr_t slot = 0, first = 0;
 };
-hole_scenario run_hole_scenario(const pool_options& base) {
+hole_scenario run_hole_scenario(const detail::pool_config& base) {
   sim_device dev(device());
-  pool_options po = base;
+  detail::pool_config po = base;
   po.front_cache = false;
-  pool p(dev.memory(), dev.streams(), po);
+  pool p(dev.memory(), dev.streams(), po, po);
   hole_scenario r;
   void* a = p.allocate(48 * MiB, default_alignment, stream_ref{});
   void* b = p.allocate(48 * MiB, default_alignment, stream_ref{});
@@ -54,7 +55,7 @@ hole_scenario run_hole_scenario(const pool_options& base) {
 }
 
 TEST(SlabZone, GrowingFirstASlabNeverSplitsTheLargeBlocksMemory) {
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   const hole_scenario r = run_hole_scenario(po);
   EXPECT_FALSE(r.slot >= r.first && r.slot < r.first + 96 * MiB) << "the slab landed among the large blocks";
@@ -65,11 +66,11 @@ TEST(SlabZone, GrowingFirstASlabNeverSplitsTheLargeBlocksMemory) {
 // slab does land in the hole (best fit), which is what the zone exists to prevent growing first.
 TEST(SlabZone, NotByDefaultNorWithAnInitialReserve) {
   {
-    const hole_scenario r = run_hole_scenario(pool_options{});
+    const hole_scenario r = run_hole_scenario(detail::pool_config{});
     EXPECT_EQ(r.slot, r.first) << "by default the slab takes the hole's start (best fit, on mapped memory)";
   }
   {
-    pool_options po;
+    detail::pool_config po;
     po.grow_before_reclaim = true;
     po.initial_reserve_bytes = 256 * MiB;  // mapped from the bottom of the range: slabs stay inside it
     const hole_scenario r = run_hole_scenario(po);
@@ -81,10 +82,10 @@ TEST(SlabZone, NotByDefaultNorWithAnInitialReserve) {
 // An address range too small to halve for a request: it is placed anywhere rather than refused.
 TEST(SlabZone, ARequestLargerThanItsHalfIsPlacedAnywhere) {
   sim_device dev(device());
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   po.address_range_bytes = 64 * MiB;
-  pool p(dev.memory(), dev.streams(), po);
+  pool p(dev.memory(), dev.streams(), po, po);
   void* big = nullptr;
   ASSERT_NO_THROW(big = p.allocate(40 * MiB, default_alignment, stream_ref{}));
   void* small = p.allocate(512, default_alignment, stream_ref{});
@@ -100,10 +101,10 @@ TEST(SlabZone, AFullDeviceMovesTheSlabsIdleGranulesToALargeRequest) {
   sim_options so = device();
   so.capacity_bytes = 64 * MiB;
   sim_device dev(so);
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   po.max_handle_bytes = 2 * MiB;  // single granules: any idle one can move (pool.hpp, max_handle_bytes)
-  pool p(dev.memory(), dev.streams(), po);
+  pool p(dev.memory(), dev.streams(), po, po);
   std::vector<std::pair<void*, std::size_t>> small;
   for (int i = 0; i < 120; ++i) {  // ~29 MiB of small blocks
     const std::size_t bytes = 4096 + 8192 * std::size_t(i % 60);

@@ -44,7 +44,7 @@ TEST(SlowPath, ARepeatingLoopStopsRemappingAfterWarmUp) {
   // Placement by address layout alone repeats when the program does: after the first steps every
   // request lands on granules the last step left mapped. (Front caches are off here: which blocks
   // they happen to hold when the arena places a request varies from step to step.)
-  pool_options po;
+  detail::pool_config po;
   po.front_cache = false;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{64} << 30, .auto_complete = true}, po);
   const stream_ref s = r.dev->create_stream();
@@ -98,7 +98,7 @@ struct churn {
 TEST(SlowPath, ChurnWithAnIdleBudgetAlmostNeverRemaps) {
   // Random sizes never repeat: with no spare memory every miss remaps. An idle budget lets the
   // pool keep enough mapped that, after warm-up, requests land on mapped memory.
-  pool_options po;
+  detail::pool_config po;
   po.idle_budget = 0.25;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, po);
   churn c(r, 300);
@@ -114,7 +114,7 @@ TEST(SlowPath, ChurnWithAnIdleBudgetAlmostNeverRemaps) {
 }
 
 TEST(SlowPath, ChurnWithoutBudgetStaysTightAndCountsItsCalls) {
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, pool_options{});
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, detail::pool_config{});
   churn c(r, 300);
   c.steps(20000);
   r.model->check_full();
@@ -150,7 +150,7 @@ TEST(SlowPath, ReservedGrowsOnlyWhenNoSpareOrIdleGranuleIsLeft) {
   // growing, the pool takes spare granules, then idle ones (mapped, touched by no live or owned
   // block), and only the rest from the upstream. Checked at every allocation of a random sequence
   // of arena-sized requests on three streams.
-  pool_options po;
+  detail::pool_config po;
   po.front_cache = false;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, po);
   const stream_ref streams[] = {r.dev->create_stream(), r.dev->create_stream(), r.dev->create_stream()};
@@ -200,7 +200,7 @@ TEST(SlowPath, LazyHarvestingPeaksNoHigherThanHarvestingAtEveryFree) {
   // eagerly (release_threshold_bytes = 0: every idle granule is unmapped and released at once).
   // The lazy pool reaches no higher peak and makes far fewer driver calls.
   auto run = [](std::size_t threshold) {
-    pool_options po;
+    detail::pool_config po;
     po.release_threshold_bytes = threshold;
     sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{64} << 30, .auto_complete = true}, po);
     for (int round = 0; round < 4; ++round) {
@@ -226,7 +226,7 @@ TEST(SlowPath, LazyHarvestingPeaksNoHigherThanHarvestingAtEveryFree) {
 }
 
 TEST(SlowPath, TrimGivesEverythingBackWithAnIdleBudget) {
-  pool_options po;
+  detail::pool_config po;
   po.idle_budget = 1.0;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, po);
   churn c(r, 100);
@@ -244,7 +244,7 @@ TEST(SlowPath, AnIdleBudgetGivesWayWhenTheDeviceIsFull) {
   // 20 granules of device. A (15 granules) freed stays mapped and idle: the budget (10x live)
   // would keep it. B needs 18 granules elsewhere (C bounds A's hole); only 3 can be created, so
   // the pool must remap A's idle granules after all instead of failing.
-  pool_options po;
+  detail::pool_config po;
   po.idle_budget = 10.0;
   sim_pool_rig r(sim_options{.capacity_bytes = 40 * MiB}, po);
   void* a = r.allocate(30 * MiB, default_alignment, stream_ref{});
@@ -265,7 +265,7 @@ TEST(SlowPath, AnIdleBudgetGivesWayWhenTheDeviceIsFull) {
 // ceiling of 1.03 the pool moves A's granules instead, since growing would take reserved past
 // 1.03x peak live.
 std::size_t reserved_after_idle_scene(double ceiling) {
-  pool_options po;
+  detail::pool_config po;
   po.idle_budget = 0.1;
   po.reserve_ceiling = ceiling;
   const pool_stats st = gpumem::test::stats_after_idle_hole(
@@ -284,22 +284,22 @@ TEST(SlowPath, AReserveCeilingMovesIdleMemoryTheIdleBudgetWouldKeep) {
 
 TEST(SlowPath, AReserveCeilingBelowOneIsRefused) {
   sim_device dev;
-  pool_options po;
+  detail::pool_config po;
   for (double bad : {0.5, -1.0, std::nan("")}) {
     po.reserve_ceiling = bad;
-    EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument) << bad;
+    EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument) << bad;
   }
   po.reserve_ceiling = 1.0;
-  EXPECT_NO_THROW(pool(dev.memory(), dev.streams(), po));
+  EXPECT_NO_THROW(pool(dev.memory(), dev.streams(), po, po));
 }
 
 TEST(SlowPath, NegativeIdleBudgetIsRefused) {
   sim_device dev;
-  pool_options po;
+  detail::pool_config po;
   po.idle_budget = -0.5;
-  EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument);
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument);
   po.idle_budget = std::nan("");
-  EXPECT_THROW(pool(dev.memory(), dev.streams(), po), std::invalid_argument);
+  EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument);
 }
 
 TEST(SimUpstream, UnmapCoversWholeMappingsLaidEndToEnd) {

@@ -1,4 +1,4 @@
-// pool_options::stream_ordered_moves: memory stream S freed while its work is still queued is
+// pool_tuning::stream_ordered_moves: memory stream S freed while its work is still queued is
 // mapped a second time under S's next request, instead of growing beside it; its old place
 // retires and is unmapped once S has run past the frees there. The simulated device here
 // completes nothing until told, as a GPU running behind the host. The shadow model follows every
@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/pool_model.hpp"
@@ -21,7 +22,7 @@ using gpumem::test::MiB;
 using gpumem::test::sim_pool_rig;
 
 sim_pool_rig lagging_rig(bool moves, std::size_t max_reserved = SIZE_MAX) {
-  pool_options po;
+  detail::pool_config po;
   po.stream_ordered_moves = moves;
   po.max_reserved_bytes = max_reserved;
   return sim_pool_rig(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
@@ -192,9 +193,11 @@ TEST(StreamOrderedMoves, TheModelCatchesMemoryHandedOutWhileInUseAtItsOtherPlace
 // loses, with no host wait.
 double fragmentation_of_varlen(std::size_t lag, bool moves, std::uint64_t* moved = nullptr) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
+  detail::pool_tuning tuning;
+  tuning.stream_ordered_moves = moves;
   replay_options o;
   o.device_lag_ops = lag;
-  o.pool.stream_ordered_moves = moves;
+  o.tuning = &tuning;
   const replay_result r = replay(t, o);
   EXPECT_EQ(r.failed_allocs, 0u);
   if (moved) *moved = r.stats.stream_ordered_moves;

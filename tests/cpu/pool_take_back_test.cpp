@@ -52,7 +52,7 @@ std::uint64_t with_blocks_cached_by_another_thread(sim_pool_rig& r, stream_ref t
 }
 
 sim_pool_rig grow_first_rig() {
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = true;
   return sim_pool_rig(sim_options{.capacity_bytes = std::size_t{2} << 30, .auto_complete = true}, po);
 }

@@ -35,7 +35,7 @@ class ThreadStress : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(ThreadStress, SixteenThreadsWithCrossStreamFrees) {
   constexpr int threads = 16;
-  pool_options po;
+  detail::pool_config po;
   po.grow_before_reclaim = std::get<1>(GetParam());
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{4} << 30, .virtual_memory = std::get<0>(GetParam())}, po);
   std::vector<stream_ref> streams(threads);

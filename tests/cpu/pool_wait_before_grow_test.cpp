@@ -1,4 +1,4 @@
-// pool_options::wait_before_grow: on a GPU the host runs ahead of the device, so memory freed on a
+// pool_tuning::wait_before_grow: on a GPU the host runs ahead of the device, so memory freed on a
 // stream whose work has not yet reached the free cannot be unmapped and moved; without waiting the
 // tight policy grows beside it. The simulated device here completes nothing until told (or until
 // the host waits), as a GPU running behind.
@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/pool_model.hpp"
@@ -20,7 +21,7 @@ using gpumem::test::sim_pool_rig;
 // moves are off: with them the pending memory below is moved without a wait
 // (pool_stream_ordered_moves_test.cpp), and the wait would not be reached.
 sim_pool_rig lagging_rig(bool wait) {
-  pool_options po;
+  detail::pool_config po;
   po.wait_before_grow = wait;
   po.stream_ordered_moves = false;
   return sim_pool_rig(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
@@ -71,10 +72,12 @@ TEST(WaitBeforeGrow, NothingPendingMeansNoWaitAndGrowthAsBefore) {
 // wait and holds with it.
 double fragmentation_of_varlen(std::size_t lag, bool wait) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
+  detail::pool_tuning tuning;
+  tuning.wait_before_grow = wait;
+  tuning.stream_ordered_moves = false;
   replay_options o;
   o.device_lag_ops = lag;
-  o.pool.wait_before_grow = wait;
-  o.pool.stream_ordered_moves = false;
+  o.tuning = &tuning;
   const replay_result r = replay(t, o);
   EXPECT_EQ(r.failed_allocs, 0u);
   return r.fragmentation;

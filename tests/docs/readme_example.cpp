@@ -11,7 +11,7 @@ int main() {
   // README begin
   gpumem::sim_device dev;                                  // 80 GiB, virtual memory, never backed
   gpumem::pool_options po;                                 // a struct: see docs/options.md
-  po.grow_before_reclaim = true;                           // the fast policy; the default keeps the tightest reserve
+  po.max_reserved_bytes = std::size_t{8} << 30;            // share the device: never hold more than 8 GiB
   gpumem::pool p(dev.memory(), dev.streams(), po);
   gpumem::stream_ref s = dev.create_stream();
   void* x = p.allocate(3 << 20, gpumem::default_alignment, s);

@@ -27,7 +27,7 @@ std::atomic<std::uint64_t> op_clock_ns{0};
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::uint8_t cfg = data[0];
-  pool_options po;
+  detail::pool_config po;
   if (cfg & 2) po.small_max_bytes = 0;
   if (cfg & 4) po.release_threshold_bytes = 0;
   if (cfg & 16) {

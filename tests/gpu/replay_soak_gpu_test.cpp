@@ -10,6 +10,7 @@
 
 #include "gpu_test_support.hpp"
 #include "replay_targets.hpp"
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/wrapped_replay_target.hpp"
@@ -66,8 +67,10 @@ TEST(replay_soak_gpu, growing_first_every_block_verified_and_clean) {
   for (const char* name : {"small_training.csv", "vision_two_streams.csv", "varlen_inference.csv"}) {
     SCOPED_TRACE(name);
     const trace t = read_trace(examples + "/" + name);
+    detail::pool_tuning tuning;
+    tuning.grow_before_reclaim = true;
     replay_options o = soak("gpu-pool", 3);
-    o.pool.grow_before_reclaim = true;
+    o.tuning = &tuning;
     expect_clean(replay(t, o));
   }
 }

@@ -1,4 +1,4 @@
-// Stream-ordered moves on a real GPU (pool_options::stream_ordered_moves): memory freed on stream A
+// Stream-ordered moves on a real GPU (pool_tuning::stream_ordered_moves): memory freed on stream A
 // while a kernel of A still writes it is mapped a second time under A's next request. A's queued
 // kernel must finish through the old mapping (the pool unmaps it only after), A's next work must
 // see the memory after it, and stream B must get neither place's memory meanwhile.
@@ -9,6 +9,7 @@
 
 #include "gpu_test_support.hpp"
 #include "gpumem/cuda/upstreams.hpp"
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/pool.hpp"
 
 namespace gpumem::test {
@@ -28,9 +29,9 @@ TEST(StreamOrderedMovesOnGpu, PendingMemoryMovesUnderItsOwnStreamAndNoOtherStrea
   GPUMEM_REQUIRE_GPU();
   vmm_upstream up;
   cuda_ordering ord;
-  pool_options po;
+  detail::pool_config po;
   po.stream_ordered_moves = true;
-  gpumem::pool p(up, ord, po);
+  gpumem::pool p(up, ord, po, po);
   stream_holder a, b;
   const stream_ref sa = from_cuda_stream(a.s), sb = from_cuda_stream(b.s);
 

@@ -93,9 +93,9 @@ PROBE = """
 
 CONFIGURE = """
     import gpumem
-    gpumem.configure(idle_budget=0.05, front_cache=False, initial_reserve="0")
+    gpumem.configure(max_reserved_bytes="8G", zero_on_free=False, initial_reserve="0")
     print("good=ok")
-    for bad in ({"bogus": 1}, {"idle_budget": "x"}, {"upstream": "floppy"}):
+    for bad in ({"bogus": 1}, {"max_reserved_bytes": "x"}, {"upstream": "floppy"}, {"idle_budget": 0.05}):
         try:
             gpumem.configure(bad)
             print("bad=accepted " + repr(bad))
@@ -132,11 +132,13 @@ def with_cuda(py, source, work, version):
     lines = [line.split("=", 1)[1] for line in out.stdout.splitlines() if line.startswith("bad=")]
     check("configure() takes good keys", "good=ok" in out.stdout, out.stdout + out.stderr)
     check("an unknown key raises ValueError naming it and the known keys",
-          len(lines) == 3 and "unknown key 'bogus' (known: " in lines[0] and "idle_budget" in lines[0], lines)
+          len(lines) == 4 and "unknown key 'bogus' (known: " in lines[0] and "max_reserved_bytes" in lines[0], lines)
     check("a bad value raises ValueError naming key, value and what is expected",
-          len(lines) == 3 and "bad value 'x' for key 'idle_budget': expected a fraction >= 0" in lines[1]
+          len(lines) == 4 and "bad value 'x' for key 'max_reserved_bytes': expected a byte size" in lines[1]
           and "bad value 'floppy' for key 'upstream'" in lines[2], lines)
-    env = dict(os.environ, GPUMEM_CONFIG="bogus=1,front_cache=0")
+    check("a setting of the pool's policy is no option: ValueError naming it as unknown",
+          len(lines) == 4 and "unknown key 'idle_budget' (known: " in lines[3], lines)
+    env = dict(os.environ, GPUMEM_CONFIG="bogus=1,zero_on_free=0")
     out = in_venv(py, "import gpumem\ntry:\n    gpumem.configure()\nexcept ValueError as e:\n    print('err=' + str(e))",
                   env=env)
     check("a bad GPUMEM_CONFIG raises ValueError naming the key",
@@ -167,7 +169,7 @@ def without_cuda(py, source, work, version):
     out, v = probe(py)
     check("gpumem imports without the CUDA layer", v.get("version") == version and v.get("cuda") == "False",
           out.stdout + out.stderr)
-    out = in_venv(py, "import gpumem\ntry:\n    gpumem.configure(idle_budget=0)\nexcept FileNotFoundError as e:\n"
+    out = in_venv(py, "import gpumem\ntry:\n    gpumem.configure(max_reserved_bytes=0)\nexcept FileNotFoundError as e:\n"
                       "    print('err=' + str(e))")
     check("configure() says the package was built without its CUDA layer",
           "err=this gpumem package was built without its CUDA layer" in out.stdout, out.stdout + out.stderr)

@@ -79,12 +79,14 @@ class TorchPatchTest(unittest.TestCase):
         # A bad key is refused by name before PyTorch's allocator is touched.
         with self.assertRaisesRegex(ValueError, "unknown key 'bogus'"):
             gpumem.torch.use(bogus=1)
-        with self.assertRaisesRegex(ValueError, "bad value 'x' for key 'idle_budget'"):
-            gpumem.torch.use(idle_budget="x")
+        with self.assertRaisesRegex(ValueError, "bad value 'x' for key 'max_reserved_bytes'"):
+            gpumem.torch.use(max_reserved_bytes="x")
+        with self.assertRaisesRegex(ValueError, "unknown key 'idle_budget'"):
+            gpumem.torch.use(idle_budget=0.05)   # the pool policy's, not an option
         self.assertIsNone(torch.cuda.memory.current)
         self.assertIs(torch.cuda.memory_allocated, _unsupported)
 
-        alloc = gpumem.torch.use(idle_budget=0.05)
+        alloc = gpumem.torch.use(max_reserved_bytes="8G")
         self.assertIs(torch.cuda.memory.current, alloc)
         self.assertEqual(alloc.path, gpumem.library_path())
         self.assertEqual((alloc.alloc_fn, alloc.free_fn), ("gpumem_alloc", "gpumem_free"))
@@ -120,7 +122,7 @@ class TorchPatchTest(unittest.TestCase):
         # Options are fixed once in use; a second plain use() is a no-op.
         self.assertIs(gpumem.torch.use(), alloc)
         with self.assertRaises(RuntimeError):
-            gpumem.torch.use(idle_budget=0.1)
+            gpumem.torch.use(max_reserved_bytes="4G")
 
 
 if __name__ == "__main__":

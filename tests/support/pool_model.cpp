@@ -387,11 +387,11 @@ std::function<std::size_t(std::size_t, std::size_t)> pool_footprint(const pool_o
 
 // ---- sim_pool_rig ----
 
-sim_pool_rig::sim_pool_rig(const sim_options& so, const pool_options& po)
+sim_pool_rig::sim_pool_rig(const sim_options& so, const detail::pool_config& po)
     : dev(std::make_unique<sim_device>(so)),
       spy(std::make_unique<spy_ordering>(dev->streams())),
       up(std::make_unique<spy_upstream>(dev->memory())),
-      p(std::make_unique<pool>(*up, *spy, po)),
+      p(std::make_unique<pool>(*up, *spy, po, po)),
       model(std::make_unique<pool_model>(p.get(), dev.get(), spy.get())) {
   up->watch(model.get());
   model->set_aliases(up.get());
@@ -429,7 +429,7 @@ void sim_pool_rig::free_all_and_trim(stream_ref s) {
   model->check_full();
 }
 
-pool_stats stats_after_idle_hole(const sim_options& so, const pool_options& po, std::size_t hole, std::size_t bound,
+pool_stats stats_after_idle_hole(const sim_options& so, const detail::pool_config& po, std::size_t hole, std::size_t bound,
                                  std::size_t request) {
   sim_pool_rig r(so, po);
   void* a = r.allocate(hole, default_alignment, stream_ref{});

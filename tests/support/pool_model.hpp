@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/errors.hpp"
 #include "gpumem/pool.hpp"
 #include "gpumem/sim_device.hpp"
@@ -226,7 +227,8 @@ struct sim_pool_rig {
   std::unique_ptr<spy_upstream> up;
   std::unique_ptr<pool> p;
   std::unique_ptr<pool_model> model;
-  sim_pool_rig(const sim_options& so, const pool_options& po);
+  // A pool_options converts, with the library's tuning.
+  sim_pool_rig(const sim_options& so, const detail::pool_config& po);
   ~sim_pool_rig() { up->watch(nullptr); }  // the pool's destructor unmaps after the model is gone
   // Allocate/free through the model.
   void* allocate(std::size_t bytes, std::size_t alignment, stream_ref s);
@@ -239,7 +241,7 @@ struct sim_pool_rig {
 // so.auto_complete its granules stay mapped and idle), then `request` bytes that do not fit in
 // the hole. Returns the pool's stats right after that request (the model checked); everything is
 // then freed and trimmed.
-pool_stats stats_after_idle_hole(const sim_options& so, const pool_options& po, std::size_t hole, std::size_t bound,
+pool_stats stats_after_idle_hole(const sim_options& so, const detail::pool_config& po, std::size_t hole, std::size_t bound,
                                  std::size_t request);
 
 }  // namespace gpumem::test

@@ -29,6 +29,9 @@ class imported_block;
 class gpu_pool {
  public:
   explicit gpu_pool(gpu_pool_options opts = {});
+  // Internal (tests, replay's comparisons): the policy's settings too (gpumem/detail/pool_tuning.hpp,
+  // not installed).
+  gpu_pool(gpu_pool_options opts, const detail::pool_tuning& tuning);
   // Copies share the pool. No move operations: a move copies, so an object moved from still holds
   // the pool (pool_ could not dangle, nor state_ be null under it).
   gpu_pool(const gpu_pool&) = default;

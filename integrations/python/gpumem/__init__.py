@@ -77,8 +77,8 @@ def stats(device=None) -> dict:
     reserved_bytes, peak_reserved_bytes, allocations, frees; and what its slow path did:
     upstream_allocations, granules_mapped / granules_unmapped and the map_calls / unmap_calls that
     did it (each granule costs tens of µs on a GPU), events_recorded, front_hits (requests served
-    without the pool's lock), failed_allocations; with remap_time_budget, remap_ns (host time
-    charged for moving granules) and remaps_deferred (moves it turned down); stream_ordered_moves
+    without the pool's lock), failed_allocations; remap_ns (host time charged for moving granules)
+    and remaps_deferred (moves turned down), zeros unless the policy bounds that time; stream_ordered_moves
     (granules a stream's request took from memory that stream freed while its work was still
     queued); driver_granules_mapped / driver_granules_unmapped (what the driver really did: a
     granule moved back where it was still mapped costs no call); upstream_releases (what went back

@@ -117,8 +117,8 @@ def _format(key: str, value) -> str:
 
 
 def configure(options: dict | None = None, /, **keywords) -> None:
-    """Pool options for the pools not yet created, as a dict or keywords: the keys of
-    gpumem::pool_options (include/gpumem/pool_option_table.hpp), `upstream` (vmm|device|async) and
+    """Pool options for the pools not yet created, as a dict or keywords: the fields of
+    gpumem::pool_options (docs/options.md), `upstream` (vmm|device|async) and
     `trace` (a file path), on top of GPUMEM_CONFIG; a None value is left out. Options not given keep
     the library's defaults. Raises ValueError naming the first unknown key or bad value (here or in
     GPUMEM_CONFIG), RuntimeError when a pool already exists (options are then fixed)."""

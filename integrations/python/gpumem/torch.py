@@ -27,14 +27,12 @@ patched: tuple = ()  # the torch.cuda functions use() replaced
 
 
 def use(**options):
-    """Makes gpumem PyTorch's CUDA allocator, with pool options as keywords (the keys of
-    gpumem::pool_options: release_threshold_bytes=..., max_reserved_bytes=..., idle_budget=...,
-    reserve_ceiling=..., initial_reserve_bytes="8G" to reserve the job's memory up front,
-    front_cache=False, ...; upstream="vmm"|"device"|"async"; trace="job-{pid}.csv"), on top of
-    GPUMEM_CONFIG. An option given nowhere keeps the library's default (idle_budget 0, the tightest
-    reserve; idle_budget=0.05 keeps up to 5% of live memory idle so that a job whose shapes change
-    from step to step stops remapping memory on every step). An unknown key or bad value raises
-    ValueError naming it. Then torch.cuda's memory statistics and empty_cache() answer from gpumem
+    """Makes gpumem PyTorch's CUDA allocator, with pool options as keywords (the fields of
+    gpumem::pool_options, docs/options.md: max_reserved_bytes=..., release_threshold_bytes=...,
+    initial_reserve_bytes="8G" to reserve the job's memory up front, small_max_bytes=...,
+    zero_on_free=True; upstream="vmm"|"device"|"async"; trace="job-{pid}.csv"), on top of
+    GPUMEM_CONFIG. An option given nowhere keeps the library's default, the same as in C++ and on
+    the command line. An unknown key or bad value raises ValueError naming it. Then torch.cuda's memory statistics and empty_cache() answer from gpumem
     (see `patched`). Must run before the first CUDA allocation: PyTorch refuses to swap an
     allocator in use. Calling it again after success is a no-op (and options must then be empty)."""
     global _allocator
