@@ -1,5 +1,6 @@
 #include "gpumem/cuda/gpu_pool.hpp"
 
+#include "capture_mode.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 
 namespace gpumem {
@@ -8,6 +9,7 @@ namespace gpumem {
 // still exist to take back what it holds.
 struct gpu_pool::state {
   std::unique_ptr<upstream> up;
+  std::unique_ptr<upstream> relaxed;  // `up` as the pool sees it (capture_mode.hpp)
   cuda_ordering ord;
   std::unique_ptr<gpumem::pool> p;
 
@@ -22,7 +24,8 @@ struct gpu_pool::state {
         break;
       }
     }
-    p = std::make_unique<gpumem::pool>(*up, ord, o.pool);
+    relaxed = detail::capture_relaxed(*up);
+    p = std::make_unique<gpumem::pool>(*relaxed, ord, o.pool);
   }
   ~state() { p.reset(); }
 };
