@@ -300,6 +300,7 @@ void join_capture(int device, cudaStream_t stream) {
     if (cap.filter && cap.filter(stream)) {
       pool_for(device).begin_capture(to_ref(stream), c.pools.at({device, cap.id}).g);
       cap.streams.push_back(stream);
+      if (auto* t = reg().trace.load(std::memory_order_acquire)) t->record_capture(true, to_ref(stream));
       return;
     }
   }
@@ -534,7 +535,10 @@ __attribute__((visibility("default"))) void gpumem_torch_end_allocate_to_pool(in
   std::lock_guard lock(c.mutex);
   for (auto it = c.active.begin(); it != c.active.end(); ++it) {
     if (it->device != device || it->id != id) continue;
-    for (cudaStream_t s : it->streams) pool_for(device).end_capture(to_ref(s));
+    for (cudaStream_t s : it->streams) {
+      pool_for(device).end_capture(to_ref(s));
+      if (auto* t = reg().trace.load(std::memory_order_acquire)) t->record_capture(false, to_ref(s));
+    }
     c.active.erase(it);
     break;
   }

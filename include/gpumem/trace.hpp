@@ -60,5 +60,8 @@ trace parse_trace(std::istream& in, const std::string& name);
 // Writers for the same format (the trace adaptor, converters, tests).
 void write_trace_header(std::ostream& out);
 void write_trace_record(std::ostream& out, const trace_record& r);
+// A capture_begin (`begin`) or capture_end row; time_us < 0 leaves the time empty.
+void write_capture_record(std::ostream& out, std::uint64_t thread, std::int64_t time_us, bool begin,
+                          std::uint64_t stream);
 
 }  // namespace gpumem

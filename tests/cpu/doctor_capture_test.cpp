@@ -8,6 +8,7 @@
 
 #include "gpumem/doctor.hpp"
 #include "gpumem/trace.hpp"
+#include "gpumem/trace_adaptor.hpp"
 
 namespace {
 
@@ -99,6 +100,32 @@ TEST(DoctorCapture, MisplacedCaptureRowsAreClearErrors) {
                 .find("which captures already (capture_begin at line 2)"),
             std::string::npos);
   EXPECT_NE(error_of("1,,capture,0x0,0,0x5\n").find("capture_begin or capture_end"), std::string::npos);
+}
+
+// What the trace adaptor's sink and write_capture_record write reads back as captures.
+TEST(DoctorCapture, WrittenCaptureRowsReadBack) {
+  std::ostringstream out;
+  {
+    gpumem::detail::trace_sink sink(out, {});
+    int x = 0;
+    sink.record(gpumem::trace_action::allocate, &x, 4096, gpumem::stream_ref{5});
+    sink.record_capture(true, gpumem::stream_ref{5});
+    sink.record(gpumem::trace_action::free, &x, 4096, gpumem::stream_ref{5});
+    sink.record_capture(false, gpumem::stream_ref{5});
+    sink.flush();
+  }
+  gpumem::write_capture_record(out, 1, -1, true, 9);
+  gpumem::write_capture_record(out, 1, 3723000001, false, 9);
+  std::istringstream in(out.str());
+  const gpumem::trace t = gpumem::parse_trace(in, "written.csv");
+  ASSERT_EQ(t.records.size(), 2u);
+  ASSERT_EQ(t.captures.size(), 2u);
+  EXPECT_EQ(t.captures[0].stream, 5u);
+  EXPECT_EQ(t.captures[0].first, 1u);
+  EXPECT_EQ(t.captures[0].last, 2u);
+  EXPECT_EQ(t.captures[1].stream, 9u);
+  EXPECT_NE(out.str().find(",01:02:03.000001,capture_end,0x0,0,0x9"), std::string::npos) << out.str();
+  EXPECT_NE(gpumem::diagnose(t).find("capture-frees-graph-memory"), nullptr);
 }
 
 }  // namespace
