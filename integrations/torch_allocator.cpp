@@ -40,11 +40,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "gpumem/cuda/gpu_pool.hpp"
 #include "gpumem/cuda/upstreams.hpp"
@@ -261,9 +266,57 @@ gpumem::gpu_pool* pool_of_pointer(const void* p) {
 
 gpumem::stream_ref to_ref(cudaStream_t s) { return gpumem::from_cuda_stream(s); }
 
+// CUDA graph capture through PyTorch's pool hooks (set_begin_allocate_to_pool & co, wired by
+// gpumem.torch.use()): torch.cuda.graph(pool=...) names a mempool id and a filter that tells which
+// streams take part in the capture. Each (device, mempool id) gets one gpumem graph pool, kept
+// while a capture or graph uses it (PyTorch calls begin once per capture and release once per
+// graph). A stream joins the capture's graph pool at its first request the filter claims, and
+// leaves it when PyTorch ends the capture.
+using mempool_id = std::pair<unsigned long long, unsigned long long>;
+struct torch_capture {
+  int device;
+  mempool_id id;
+  std::function<bool(cudaStream_t)> filter;
+  std::vector<cudaStream_t> streams;  // begun in the pool
+};
+struct torch_graph_pool {
+  gpumem::graph_pool_id g = 0;
+  int uses = 0;
+};
+struct capture_registry {
+  std::mutex mutex;
+  std::vector<torch_capture> active;
+  std::map<std::pair<int, mempool_id>, torch_graph_pool> pools;
+  std::atomic<std::size_t> active_count{0};
+};
+capture_registry& captures() {
+  static auto* c = new capture_registry;  // never destroyed, as the pools (see registry)
+  return *c;
+}
+
+// Before a request on `stream` while a capture is underway: the stream joins the graph pool of the
+// capture whose filter claims it.
+void join_capture(int device, cudaStream_t stream) {
+  if (device < 0) device = current_device();
+  capture_registry& c = captures();
+  std::lock_guard lock(c.mutex);
+  for (torch_capture& cap : c.active) {
+    if (cap.device != device) continue;
+    if (std::find(cap.streams.begin(), cap.streams.end(), stream) != cap.streams.end()) return;
+    if (cap.filter && cap.filter(stream)) {
+      pool_for(device).begin_capture(to_ref(stream), c.pools.at({device, cap.id}).g);
+      cap.streams.push_back(stream);
+      if (auto* t = reg().trace.load(std::memory_order_acquire)) t->record_capture(true, to_ref(stream));
+      return;
+    }
+  }
+}
+
 void* allocate(ssize_t size, int device, cudaStream_t stream) {
   if (size <= 0) return nullptr;
   scoped_device guard(device);
+  if (captures().active_count.load(std::memory_order_relaxed)) [[unlikely]]
+    join_capture(device, stream);
   gpumem::gpu_pool& pool = pool_for(device);
   void* p = nullptr;
   try {
@@ -319,6 +372,13 @@ __attribute__((visibility("default"))) void gpumem_free(void* ptr, ssize_t size,
     return;
   }
   scoped_device guard(device);
+  if (captures().active_count.load(std::memory_order_relaxed)) [[unlikely]] {
+    try {
+      join_capture(device, stream);
+    } catch (const std::exception& e) {
+      last_error = e.what();
+    }
+  }
   record(gpumem::trace_action::free, ptr, static_cast<std::size_t>(size), stream);  // before reuse
   p->deallocate(ptr, static_cast<std::size_t>(size), gpumem::default_alignment, to_ref(stream));
 }
@@ -453,6 +513,56 @@ __attribute__((visibility("default"))) int gpumem_reset_peaks(int device) noexce
     last_error = e.what();
     return -1;
   }
+}
+
+// PyTorch's graph pool hooks (CUDAPluggableAllocator's set_begin_allocate_to_pool,
+// set_end_allocate_to_pool_fn and set_release_pool take these addresses): the shapes of
+// void(int, MempoolId_t, std::function<bool(cudaStream_t)>) and void(int, MempoolId_t), where
+// MempoolId_t is std::pair<unsigned long long, unsigned long long>. They throw on failure, as
+// gpumem_alloc does: PyTorch raises it as a Python RuntimeError.
+__attribute__((visibility("default"))) void gpumem_torch_begin_allocate_to_pool(
+    int device, mempool_id id, std::function<bool(cudaStream_t)> filter) {
+  if (device < 0) device = current_device();
+  scoped_device guard(device);
+  gpumem::gpu_pool& pool = pool_for(device);
+  capture_registry& c = captures();
+  std::lock_guard lock(c.mutex);
+  auto [it, fresh] = c.pools.try_emplace({device, id});
+  if (fresh) it->second.g = pool.create_graph_pool();
+  ++it->second.uses;
+  c.active.push_back({device, id, std::move(filter), {}});
+  c.active_count.store(c.active.size(), std::memory_order_relaxed);
+}
+
+__attribute__((visibility("default"))) void gpumem_torch_end_allocate_to_pool(int device, mempool_id id) {
+  if (device < 0) device = current_device();
+  scoped_device guard(device);
+  capture_registry& c = captures();
+  std::lock_guard lock(c.mutex);
+  for (auto it = c.active.begin(); it != c.active.end(); ++it) {
+    if (it->device != device || it->id != id) continue;
+    for (cudaStream_t s : it->streams) {
+      pool_for(device).end_capture(to_ref(s));
+      if (auto* t = reg().trace.load(std::memory_order_acquire)) t->record_capture(false, to_ref(s));
+    }
+    c.active.erase(it);
+    break;
+  }
+  c.active_count.store(c.active.size(), std::memory_order_relaxed);
+}
+
+__attribute__((visibility("default"))) void gpumem_torch_release_pool(int device, mempool_id id) {
+  if (device < 0) device = current_device();
+  capture_registry& c = captures();
+  std::lock_guard lock(c.mutex);
+  auto it = c.pools.find({device, id});
+  if (it == c.pools.end() || --it->second.uses > 0) return;
+  scoped_device guard(device);
+  // The graph is gone but its last replays may still run, on any stream: wait for the device.
+  if (const cudaError_t rc = cudaDeviceSynchronize(); rc != cudaSuccess)
+    throw std::runtime_error(std::string("gpumem_torch_release_pool: cudaDeviceSynchronize: ") + cudaGetErrorString(rc));
+  pool_for(device).release_graph_pool(it->second.g);
+  c.pools.erase(it);
 }
 
 // The calling thread's last failure, "" if none. Valid until the thread's next gpumem call.

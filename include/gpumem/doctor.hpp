@@ -39,6 +39,10 @@
 //                         bytes when they accumulate (>= 8 leaks made across >= 50% of the rows);
 //                         none otherwise (a trace cut mid-job leaves buffers live legitimately).
 //   alloc-failure         `allocate failure` rows. Cost: the whole job.
+//   capture-frees-graph-memory  blocks allocated before a CUDA graph capture (trace rows
+//                         capture_begin / capture_end on a stream) and freed on the capturing stream
+//                         during it: the graph's replays still use them after the allocator got
+//                         them back. Cost: the whole job (wrong results).
 //   peak-to-average       when the trace allocates: peak live vs mean live (time-weighted when the
 //                         trace has times). Cost: none to the job (it needs its peak); the idle
 //                         share says what another job could use.

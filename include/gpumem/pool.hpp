@@ -10,6 +10,7 @@
 
 #include "gpumem/core.hpp"
 #include "gpumem/errors.hpp"
+#include "gpumem/graph_pool.hpp"
 #include "gpumem/pool_stats.hpp"
 #include "gpumem/resource.hpp"
 #include "gpumem/upstream.hpp"
@@ -107,6 +108,21 @@ class pool {
   // grow. The next step pays its front-cache misses again until the caches refill. Blocks freed
   // on a stream whose work is still queued stay that stream's.
   void settle();
+
+  // CUDA graph capture (gpumem/graph_pool.hpp). begin_capture routes `s`'s allocations and frees
+  // to graph pool `g` until end_capture(s); call it before the stream starts capturing and
+  // end_capture after the capture ended (cudaStreamEndCapture), when events may be recorded on `s`
+  // again. Misuse (an unknown or released pool, a stream already capturing, end without begin,
+  // release while a stream captures into it) throws std::logic_error saying which.
+  graph_pool_id create_graph_pool();
+  void begin_capture(stream_ref s, graph_pool_id g);
+  void end_capture(stream_ref s);
+  // `s`: the stream after whose current work the graph's replays are done (its work is waited for
+  // before memory goes back to the upstream).
+  void release_graph_pool(graph_pool_id g, stream_ref s = {});
+  graph_pool_stats graph_stats(graph_pool_id g) const;
+  // The graph pool `s` captures into, 0 if none.
+  graph_pool_id capture_of(stream_ref s) const;
 
   pool_stats stats() const;
   // Resets the peaks to the current values.

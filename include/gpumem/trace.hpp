@@ -23,10 +23,21 @@ struct trace_record {
   std::uint64_t stream = 0;
 };
 
+// A CUDA graph capture on one stream: the rows `capture_begin` and `capture_end` (Pointer and
+// Size 0, Stream the capturing stream). They are kept apart from the records, so replay and the
+// reports see the allocations only; the doctor reads them.
+struct trace_capture {
+  std::uint64_t stream = 0;
+  std::size_t first = 0;         // index in records of the first row after capture_begin
+  std::size_t last = SIZE_MAX;   // index of the first row after capture_end; SIZE_MAX: never ended
+  std::uint64_t begin_line = 0;  // the capture_begin row's line
+};
+
 struct trace {
   std::string name;                    // file name as given
   std::vector<trace_record> records;   // in file order
   std::vector<std::uint64_t> lines;    // records[i] came from line lines[i] (1-based)
+  std::vector<trace_capture> captures; // in the order they began
 };
 
 // A bad trace: names the file, the line (0 when not about one line) and what is wrong.
@@ -49,5 +60,8 @@ trace parse_trace(std::istream& in, const std::string& name);
 // Writers for the same format (the trace adaptor, converters, tests).
 void write_trace_header(std::ostream& out);
 void write_trace_record(std::ostream& out, const trace_record& r);
+// A capture_begin (`begin`) or capture_end row; time_us < 0 leaves the time empty.
+void write_capture_record(std::ostream& out, std::uint64_t thread, std::int64_t time_us, bool begin,
+                          std::uint64_t stream);
 
 }  // namespace gpumem

@@ -50,12 +50,16 @@ class trace_sink {
   trace_sink& operator=(const trace_sink&) = delete;
 
   void record(trace_action a, const void* p, std::size_t bytes, stream_ref s) noexcept;
+  // A capture_begin (`begin`) or capture_end row: stream `s` starts or stops capturing a CUDA graph.
+  void record_capture(bool begin, stream_ref s) noexcept;
   void flush() noexcept;
   std::uint64_t rows() const noexcept;
 
   struct state;
 
  private:
+  template <class Format>
+  void write_row(trace_record& r, Format&& format) noexcept;
   std::unique_ptr<state> st_;
 };
 

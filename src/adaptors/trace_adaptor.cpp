@@ -80,13 +80,24 @@ trace_sink::trace_sink(const std::filesystem::path& path, const trace_adaptor_op
 trace_sink::~trace_sink() { flush(); }
 
 void trace_sink::record(trace_action a, const void* p, std::size_t bytes, stream_ref s) noexcept {
+  trace_record r;
+  r.action = a;
+  r.pointer = reinterpret_cast<std::uintptr_t>(p);
+  r.size = bytes;
+  r.stream = s.value();
+  write_row(r, [&](fmt::memory_buffer& line) { append_trace_record(line, r); });
+}
+
+void trace_sink::record_capture(bool begin, stream_ref s) noexcept {
+  trace_record r;
+  write_row(r, [&](fmt::memory_buffer& line) { append_capture_record(line, r.thread, r.time_us, begin, s.value()); });
+}
+
+// Stamps `r` with the thread and the time, and appends the row `format` writes.
+template <class Format>
+void trace_sink::write_row(trace_record& r, Format&& format) noexcept {
   try {
-    trace_record r;
     r.thread = trace_thread_number();
-    r.action = a;
-    r.pointer = reinterpret_cast<std::uintptr_t>(p);
-    r.size = bytes;
-    r.stream = s.value();
     fmt::memory_buffer line;
     std::lock_guard lock(st_->mu);
     // The time is taken under the lock, so rows are in time order in the file.
@@ -94,7 +105,7 @@ void trace_sink::record(trace_action a, const void* p, std::size_t bytes, stream
     const std::int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(now).count();
     constexpr std::int64_t day_us = std::int64_t{86400} * 1000000;
     r.time_us = ((us + st_->offset_us) % day_us + day_us) % day_us;
-    append_trace_record(line, r);
+    format(line);
     st_->buffer.append(line.data(), line.size());
     ++st_->rows;
     if (st_->buffer.size() >= st_->opts.buffer_bytes) st_->write_locked();

@@ -248,7 +248,8 @@ constexpr auto default_alignment_log2 = static_cast<std::uint8_t>(std::countr_ze
 void* pool::allocate(std::size_t bytes, std::size_t alignment, stream_ref s) {
   impl& p = *impl_;
   const tls_front& last = tls_last;  // one address computation for both reads
-  if (bytes - 1 >= absurd_bytes || !within_default_alignment(alignment) || last.pool_id != p.id) [[unlikely]]
+  if (bytes - 1 >= absurd_bytes || !within_default_alignment(alignment) || last.pool_id != p.id ||
+      p.captures_underway.load(std::memory_order_relaxed)) [[unlikely]]
     return p.allocate_general(bytes, alignment, s);
   std::size_t size, b;
   shape_of(bytes, default_alignment, p.small_max, size, b);
@@ -285,6 +286,8 @@ void* pool::impl::allocate_general(std::size_t bytes, std::size_t alignment, str
     bad_request(bytes, alignment, p.granule);
   }
   if (alignment < default_alignment) alignment = default_alignment;
+  if (p.captures_underway.load(std::memory_order_relaxed)) [[unlikely]]
+    if (void* g = p.graph_allocate(bytes, alignment, s)) return g;
   std::size_t size, b;
   const bool small = shape_of(bytes, alignment, p.small_max, size, b);
   const auto align_log2 = static_cast<std::uint8_t>(std::countr_zero(alignment));
@@ -370,7 +373,8 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
   // A larger alignment is checked against the block's in deallocate_general. Past this test the
   // general path is told default_alignment, which it treats as it would `alignment` (no block is
   // aligned to less), so `alignment` need not be kept: one register fewer to save (see allocate).
-  if (tls_last.pool_id != p.fast_free_id || !ptr || !within_default_alignment(alignment)) [[unlikely]]
+  if (tls_last.pool_id != p.fast_free_id || !ptr || !within_default_alignment(alignment) ||
+      p.captures_underway.load(std::memory_order_relaxed)) [[unlikely]]
     return p.deallocate_general(ptr, bytes, alignment, s);
   detail::front_cache& fc = *tls_last.fc;
   if (fc.lock.owner_try_lock()) [[likely]] {
@@ -417,6 +421,8 @@ void pool::impl::free_past_floor(detail::front_cache& fc, detail::stream_bins& s
 void pool::impl::deallocate_general(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept {
   if (!ptr) return;
   impl& p = *this;
+  if (p.captures_underway.load(std::memory_order_relaxed)) [[unlikely]]
+    if (p.graph_deallocate(ptr, bytes, alignment, s)) return;
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   if (tls_last.pool_id == p.fast_free_id) [[likely]] {
     detail::front_cache& fc = *tls_last.fc;
@@ -545,7 +551,9 @@ void pool::impl::deallocate_slow(void* ptr, std::size_t bytes, std::size_t align
   }
   {
     std::lock_guard lock(p.m);
-    if (!found) {
+    if (!found && p.graph_free_locked(a, bytes, s, bad)) {
+      if (bad.kind == misuse_kind::unknown_pointer) return;  // a graph pool's block, freed
+    } else if (!found) {
       {
         // Allocated by another thread: find the front cache that holds it.
         detail::all_fronts_locked held(p.fronts);

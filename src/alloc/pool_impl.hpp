@@ -25,6 +25,7 @@
 
 #include "arena.hpp"
 #include "front_cache.hpp"
+#include "graph_pool.hpp"
 #include "slab_cache.hpp"
 #include "stream_clock.hpp"
 #include "gpumem/pool.hpp"
@@ -89,6 +90,9 @@ struct pool::impl {
   // front_cache_peak_fraction (see cache_budget).
   const bool large_budget;
   std::atomic<std::size_t> front_count{0};
+  // Streams capturing into graph pools (pool_capture.cpp): the common allocate and free read it,
+  // on this cache line, and leave everything to the general paths while it is not 0.
+  std::atomic<std::uint32_t> captures_underway{0};
 
   alignas(64) mutable std::mutex m;  // the slow path: clock, arena, slabs, the list of front caches
   detail::stream_clock clock;
@@ -98,6 +102,7 @@ struct pool::impl {
   std::vector<detail::front_cache*> orphans;  // fronts of ended threads, for the next new one
   std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use, under m
   pool_stats st;                               // slow-path counters, under m
+  detail::graph_pools graphs{up, ord};         // CUDA graph capture, under m
   alignas(64) std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
   alignas(64) std::atomic<std::size_t> shared_peak{0};
   // Arena bytes a thread has taken out of its front cache and not yet given back under m.
@@ -243,6 +248,15 @@ struct pool::impl {
     return as_double(reserved) <= (1.0 + opts.front_cache_reserve_headroom) * as_double(peak) ||
            reserved <= opts.initial_reserve_bytes;
   }
+
+  // --- pool_capture.cpp: graph pools (gpumem/graph_pool.hpp), off the common paths. -------------
+
+  // nullptr when `s` does not capture: the ordinary path serves it.
+  [[gnu::noinline]] void* graph_allocate(std::size_t bytes, std::size_t alignment, stream_ref s);
+  // True when the free was a graph pool's block, or deferred because `s` captures.
+  [[gnu::noinline]] bool graph_deallocate(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
+  // Under m, for a pointer no front cache holds: a graph pool's block, freed (or misuse reported).
+  bool graph_free_locked(std::uintptr_t a, std::size_t bytes, stream_ref s, misuse_report& bad) noexcept;
 
   // --- pool_front.cpp: front caches' exchanges with slabs and the arena. -----------------------
 

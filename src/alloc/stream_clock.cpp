@@ -1,5 +1,8 @@
 #include "stream_clock.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace gpumem::detail {
 
 stream_clock::~stream_clock() {
@@ -16,6 +19,7 @@ stream_mark stream_clock::note_free(stream_ref s) {
 void stream_clock::cover_all() {
   for (auto& [s, st] : streams_) {
     if (st.newest > st.covered && st.newest > st.completed) {
+      if (!capturing_.empty() && std::find(capturing_.begin(), capturing_.end(), s) != capturing_.end()) continue;
       event_ref e = ord_.record(s);
       ++events_recorded_;
       st.pending.push_back({e, st.newest});
@@ -41,7 +45,16 @@ bool stream_clock::poll() {
   return moved;
 }
 
+void stream_clock::set_capturing(stream_ref s, bool on) {
+  if (on)
+    capturing_.push_back(s);
+  else
+    std::erase(capturing_, s);
+}
+
 void stream_clock::forget(stream_ref s) {
+  if (std::find(capturing_.begin(), capturing_.end(), s) != capturing_.end())
+    throw std::logic_error("gpumem::pool::release_stream: the stream captures a CUDA graph; end_capture first");
   auto it = streams_.find(s);
   if (it == streams_.end()) return;
   per_stream& st = it->second;

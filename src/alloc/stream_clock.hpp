@@ -48,6 +48,9 @@ class stream_clock {
   // Host-waits for everything noted on `s`, then drops `s`: no event is recorded on it again, and
   // every mark on it counts as met.
   void forget(stream_ref s);
+  // While `s` captures a CUDA graph an event recorded there would join the graph: cover_all skips
+  // it, and forget refuses it.
+  void set_capturing(stream_ref s, bool on);
   std::uint64_t events_recorded() const noexcept { return events_recorded_; }
   bool has_pending() const noexcept { return pending_count_ > 0; }
 
@@ -64,6 +67,7 @@ class stream_clock {
   std::uint64_t seq_ = 0;
   std::uint64_t events_recorded_ = 0;
   std::size_t pending_count_ = 0;
+  std::vector<stream_ref> capturing_;  // few: a linear search
 };
 
 }  // namespace gpumem::detail

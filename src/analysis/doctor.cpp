@@ -10,6 +10,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "doctor_capture.hpp"
 #include "gpumem/detail/pool_tuning.hpp"
 
 #include "doctor_pinned.hpp"
@@ -431,6 +432,7 @@ doctor_report diagnose(const trace& t, const doctor_options& opts) {
   unaligned_sizes(p, th, out);
   leak(p, th, out);
   alloc_failure(p, out);
+  detail::capture_frees(t, out);
   peak_to_average(p, out);
   hot_allocation_sizes(p, out);
   detail::pinned_memory(opts, out);

@@ -70,7 +70,12 @@ class parser {
         header_seen = true;
         continue;
       }
-      trace_record r = parse_row(line, line_no);
+      int mark = 0;
+      trace_record r = parse_row(line, line_no, mark);
+      if (mark) {
+        note_capture(t, r.stream, mark, line_no);
+        continue;
+      }
       check_semantics(r, line_no);
       t.records.push_back(r);
       t.lines.push_back(line_no);
@@ -78,6 +83,22 @@ class parser {
     if (!header_seen)
       fail(0, fmt::format("empty file: no header (expected `{}`)", expected_header));
     return t;
+  }
+
+  // A capture_begin (mark 1) or capture_end (mark 2) row on `stream`.
+  void note_capture(trace& t, std::uint64_t stream, int mark, std::uint64_t line_no) const {
+    trace_capture* open = nullptr;
+    for (auto& c : t.captures)
+      if (c.stream == stream && c.last == SIZE_MAX) open = &c;
+    if (mark == 1) {
+      if (open)
+        fail(line_no, fmt::format("capture_begin on stream 0x{:x}, which captures already (capture_begin at line "
+                                  "{})", stream, open->begin_line));
+      t.captures.push_back({stream, t.records.size(), SIZE_MAX, line_no});
+      return;
+    }
+    if (!open) fail(line_no, fmt::format("capture_end on stream 0x{:x}, which has no capture_begin", stream));
+    open->last = t.records.size();
   }
 
  private:
@@ -149,7 +170,8 @@ class parser {
     fail(line_no, fmt::format("header lacks column(s) `{}`; expected `{}`", missing, expected_header));
   }
 
-  trace_record parse_row(std::string_view line, std::uint64_t line_no) const {
+  // `mark`: 1 for a capture_begin row, 2 for capture_end (the record then carries only its stream).
+  trace_record parse_row(std::string_view line, std::uint64_t line_no, int& mark) const {
     std::string_view f[column_count];
     std::size_t n = 0;
     std::size_t start = 0;
@@ -171,7 +193,8 @@ class parser {
     trace_record r;
     r.thread = parse_decimal(f[0], "thread", line, line_no);
     r.time_us = parse_time(f[1], line, line_no);
-    r.action = parse_action(f[2], line, line_no);
+    mark = f[2] == "capture_begin" ? 1 : f[2] == "capture_end" ? 2 : 0;
+    if (!mark) r.action = parse_action(f[2], line, line_no);
     r.pointer = parse_hex(f[3], "pointer", line, line_no);
     r.size = parse_decimal(f[4], "size", line, line_no);
     r.stream = parse_hex(f[5], "stream", line, line_no);
@@ -242,7 +265,8 @@ class parser {
     if (s == "free") return trace_action::free;
     if (s == "allocate failure") return trace_action::allocate_failure;
     fail_row(line, line_no,
-             fmt::format("unknown action `{}` (expected allocate, free or allocate failure)", s));
+             fmt::format("unknown action `{}` (expected allocate, free, allocate failure, capture_begin or "
+                         "capture_end)", s));
   }
 
   // A free names a live pointer; an allocate does not hand out a pointer still live. A null

@@ -27,4 +27,11 @@ void write_trace_record(std::ostream& out, const trace_record& r) {
   out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
 }
 
+void write_capture_record(std::ostream& out, std::uint64_t thread, std::int64_t time_us, bool begin,
+                          std::uint64_t stream) {
+  fmt::memory_buffer buf;
+  detail::append_capture_record(buf, thread, time_us, begin, stream);
+  out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+}
+
 }  // namespace gpumem

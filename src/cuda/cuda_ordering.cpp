@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "capture_mode.hpp"
 #include "cuda_check.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 
@@ -14,7 +15,12 @@ cuda_ordering::~cuda_ordering() {
   for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
 }
 
+// An event recorded on a capturing stream would join the graph instead of marking the stream's
+// progress: the pool never records one there (a graph pool scope keeps it off such streams), and
+// refuses to where no scope was begun. The calls that may synchronize relax the thread's capture
+// mode (capture_mode.hpp).
 event_ref cuda_ordering::record(stream_ref s) {
+  detail::refuse_capturing_stream(to_cuda_stream(s), "record an event on");
   cudaEvent_t e = nullptr;
   {
     std::lock_guard lock(mutex_);
@@ -36,6 +42,7 @@ event_ref cuda_ordering::record(stream_ref s) {
 }
 
 bool cuda_ordering::query(event_ref e) {
+  detail::relaxed_capture_mode relax;
   const cudaError_t rc = cudaEventQuery(as_event(e));
   if (rc == cudaSuccess) return true;
   if (rc == cudaErrorNotReady) return false;  // an answer, not an error
@@ -43,9 +50,13 @@ bool cuda_ordering::query(event_ref e) {
   return false;
 }
 
-void cuda_ordering::synchronize(event_ref e) { GPUMEM_CUDA_CHECK(cudaEventSynchronize(as_event(e))); }
+void cuda_ordering::synchronize(event_ref e) {
+  detail::relaxed_capture_mode relax;
+  GPUMEM_CUDA_CHECK(cudaEventSynchronize(as_event(e)));
+}
 
 void cuda_ordering::stream_wait(stream_ref s, event_ref e) {
+  detail::refuse_capturing_stream(to_cuda_stream(s), "make wait");
   GPUMEM_CUDA_CHECK(cudaStreamWaitEvent(to_cuda_stream(s), as_event(e), 0));
 }
 

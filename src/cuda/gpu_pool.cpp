@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "capture_mode.hpp"
 #include "gpumem/cuda/upstreams.hpp"
 #include "gpumem/detail/pool_tuning.hpp"
 
@@ -11,6 +12,7 @@ namespace gpumem {
 // still exist to take back what it holds.
 struct gpu_pool::state {
   std::unique_ptr<upstream> up;
+  std::unique_ptr<upstream> relaxed;  // `up` as the pool sees it (capture_mode.hpp)
   cuda_ordering ord;
   std::unique_ptr<gpumem::pool> p;
 
@@ -25,7 +27,8 @@ struct gpu_pool::state {
         break;
       }
     }
-    p = std::make_unique<gpumem::pool>(*up, ord, o.pool, tuning);
+    relaxed = detail::capture_relaxed(*up);
+    p = std::make_unique<gpumem::pool>(*relaxed, ord, o.pool, tuning);
   }
   ~state() { p.reset(); }
 };

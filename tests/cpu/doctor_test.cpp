@@ -727,7 +727,7 @@ TEST(DoctorPinned, SkippedWithoutAPinnedTraceOrWhenItAllocatesNothing) {
   EXPECT_TRUE(r.pinned_trace.empty());
   EXPECT_EQ(r.skipped.back(), "pinned-memory: no pinned trace given (--pinned)");
 
-  const gpumem::trace empty{"empty.csv", {}, {}};
+  const gpumem::trace empty{"empty.csv", {}, {}, {}};
   const auto e = diagnose_pinned(empty, GiB);
   EXPECT_EQ(e.find("pinned-memory"), nullptr);
   EXPECT_EQ(e.skipped.back(), "pinned-memory: the pinned trace allocates nothing");

@@ -39,6 +39,15 @@ class _Raw:
     def set_reset_fn(self, address):
         self.hooks["reset"] = address
 
+    def set_begin_allocate_to_pool(self, address):
+        self.hooks["begin_allocate_to_pool"] = address
+
+    def set_end_allocate_to_pool_fn(self, address):
+        self.hooks["end_allocate_to_pool"] = address
+
+    def set_release_pool(self, address):
+        self.hooks["release_pool"] = address
+
 
 class _Pluggable:
     def __init__(self, path, alloc_fn, free_fn):
@@ -90,7 +99,9 @@ class TorchPatchTest(unittest.TestCase):
         self.assertIs(torch.cuda.memory.current, alloc)
         self.assertEqual(alloc.path, gpumem.library_path())
         self.assertEqual((alloc.alloc_fn, alloc.free_fn), ("gpumem_alloc", "gpumem_free"))
-        self.assertEqual(gpumem.torch.hooks, {"record_stream": True, "empty_cache": True})
+        self.assertEqual(gpumem.torch.hooks, {"record_stream": True, "empty_cache": True, "graph_pool_begin": True,
+                                              "graph_pool_end": True, "graph_pool_release": True})
+        self.assertEqual(len(set(alloc.raw.hooks.values())), 5, "each hook its own function")
         self.assertTrue(all(alloc.raw.hooks.values()))
         for name in NAMES:
             self.assertIs(getattr(torch.cuda, name), getattr(gpumem.torch, name), name)

@@ -51,6 +51,20 @@ class gpu_pool {
     pool_->deallocate(p, bytes, default_alignment, s);
   }
 
+  // CUDA graph capture (gpumem/graph_pool.hpp), as PyTorch's graph_pool_handle() and
+  // torch.cuda.graph(pool=...): make a graph pool, call begin_capture(s, g) before
+  // cudaStreamBeginCapture(s) and end_capture(s) after cudaStreamEndCapture(s); every allocation
+  // and free on `s` in between goes to `g`, whose memory stays with the graph until
+  // release_graph_pool (pass the stream the graph was replayed on). A stream that captures with no
+  // scope begun is not routed: the pool throws std::logic_error when it would record an event on
+  // it (never into the capture), but an allocation its front cache serves goes unnoticed — begin a
+  // scope for every capture that allocates through the pool.
+  graph_pool_id create_graph_pool() { return pool_->create_graph_pool(); }
+  void begin_capture(stream_ref s, graph_pool_id g) { pool_->begin_capture(s, g); }
+  void end_capture(stream_ref s) { pool_->end_capture(s); }
+  void release_graph_pool(graph_pool_id g, stream_ref s = {}) { pool_->release_graph_pool(g, s); }
+  graph_pool_stats graph_stats(graph_pool_id g) const { return pool_->graph_stats(g); }
+
   gpumem::pool& pool() const noexcept { return *pool_; }
   upstream& memory() const noexcept;
   pool_stats stats() const { return pool().stats(); }

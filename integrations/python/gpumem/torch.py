@@ -12,6 +12,8 @@ stands in (see the README, "PyTorch and CuPy"):
   gpumem's trim of every device's pool (and wires the hook where this torch exposes set_reset_fn)
   Tensor.record_stream reaches it only through a record-stream hook -> wired here when this torch
   exposes set_record_stream_fn; gpumem.record_stream() always works
+  torch.cuda.graph(pool=...) reaches it only through the graph pool hooks -> wired here when this
+  torch exposes set_begin_allocate_to_pool, set_end_allocate_to_pool_fn and set_release_pool
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ import torch as _torch
 from . import _lib, reset_peaks, stats
 
 _allocator = None   # kept alive: PyTorch holds only the C++ side
-hooks: dict = {}    # which optional hooks this torch accepted: {"record_stream": bool, "empty_cache": bool}
+hooks: dict = {}    # which optional hooks this torch accepted: {"record_stream": bool, "empty_cache": bool,
+                    # "graph_pool_begin"/"graph_pool_end"/"graph_pool_release": bool}
 patched: tuple = ()  # the torch.cuda functions use() replaced
 
 
@@ -47,8 +50,16 @@ def use(**options):
     # Optional hooks of torch._C._CUDAPluggableAllocator (torch/csrc/cuda/Module.cpp); the
     # Python wrapper never sets them, so without these Tensor.record_stream and empty_cache are
     # silently no-ops for a pluggable allocator.
+    # The graph pool hooks (torch.cuda.graph(pool=...), graph_pool_handle()) route a capture's
+    # allocations to a gpumem graph pool; without them a capture allocates from the ordinary pool
+    # and gpumem refuses to record an event into it (see docs/pytorch.md).
     for hook, setter, fn in (("record_stream", "set_record_stream_fn", "gpumem_record_stream"),
-                             ("empty_cache", "set_reset_fn", "gpumem_trim_all")):
+                             ("empty_cache", "set_reset_fn", "gpumem_trim_all"),
+                             ("graph_pool_begin", "set_begin_allocate_to_pool",
+                              "gpumem_torch_begin_allocate_to_pool"),
+                             ("graph_pool_end", "set_end_allocate_to_pool_fn",
+                              "gpumem_torch_end_allocate_to_pool"),
+                             ("graph_pool_release", "set_release_pool", "gpumem_torch_release_pool")):
         set_fn = getattr(raw, setter, None)
         ok = False
         if callable(set_fn):
