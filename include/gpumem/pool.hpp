@@ -47,7 +47,7 @@ struct pool_options {
   // them again elsewhere, each granule a driver call on a GPU. 0 is the tightest: reserved never
   // grows while an idle granule is left. Raise it (e.g. 0.1) to trade memory for fewer driver
   // calls. Not applied when the upstream or max_reserved_bytes refuses to grow.
-  double idle_budget = 0.0;
+  double idle_budget = 1.0;
   // Virtual upstreams: the most peak reserved may be over peak live where moving memory can keep
   // it there (0, the default: no ceiling; else at least 1). A request that would take reserved
   // past reserve_ceiling x max(peak live, live + the request) moves idle granules, and memory its
@@ -56,7 +56,7 @@ struct pool_options {
   // is the pool's only thread, else those threads publish in steps. A target, not a limit: when no
   // memory can be moved the pool grows past it (use max_reserved_bytes for a limit). Set it with
   // an idle budget to bound what that budget costs in memory.
-  double reserve_ceiling = 0.0;
+  double reserve_ceiling = 1.03;
   // Virtual upstreams: the largest physical handle the pool creates when it grows; each run of
   // granules a request needs gets handles of up to this size, each mapped in one piece. Larger
   // handles cost fewer driver calls and copy faster, but a handle moves only whole, so one that
@@ -148,6 +148,11 @@ struct pool_options {
   // upstream (or max_reserved_bytes) refuses it, and std::invalid_argument if it is over
   // release_threshold_bytes. trim() gives it back like any cached memory.
   std::size_t initial_reserve_bytes = 0;
+  // One thread's large blocks are placed by a layout learned from an earlier step of the job once
+  // it repeats itself (the step plan, docs/design.md), and go back to the arena when freed
+  // instead of into the front cache. Off: large blocks are cached per thread as with several
+  // threads. For comparison and for tests of the front caches.
+  bool step_plan = true;
 };
 
 // One range the pool tracks, for segment maps and reports.
