@@ -48,6 +48,10 @@ struct pool_stats {
   // Cached large blocks a front cache gave back to make room for one freed later (the oldest go
   // first: the shapes a job frees now are those it asks for next).
   std::uint64_t front_evictions = 0;
+  // The step plan: large requests placed by a layout learned from an earlier step of the job (part
+  // of front_hits: no arena, no pool lock), and the layouts the pool has taken up.
+  std::uint64_t plan_hits = 0;
+  std::uint64_t plans = 0;
   double fragmentation() const noexcept {
     return peak_live_bytes ? double(peak_reserved_bytes) / double(peak_live_bytes) : 0.0;
   }

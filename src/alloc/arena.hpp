@@ -162,6 +162,11 @@ class arena {
   std::size_t reserved_bytes() const noexcept;
   std::size_t allocated_bytes() const noexcept { return allocated_; }
   std::size_t largest_free_block() const;
+  // Bytes of the granules something non-ready lies on (virtual; plain: allocated bytes): what
+  // stays mapped however idle memory moves.
+  std::size_t busy_granule_bytes() const noexcept {
+    return virtual_ ? (mapped_ - idle_.size()) * granule_ : allocated_;
+  }
   std::vector<oom_report::stream_cache> owned_free_per_stream() const;
   void append_blocks(std::vector<block_info>& out) const;
   void check() const;  // throws std::logic_error on a broken invariant

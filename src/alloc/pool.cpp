@@ -126,6 +126,7 @@ void pool::impl::orphan(detail::front_cache* fc) {
 void pool::impl::start_sharing() {
   std::size_t live = 0;
   detail::all_fronts_locked held(fronts);
+  stop_planning();
   for (auto& f : fronts) {
     live += f->live_bytes;
     raise_peak(f->peak_live);
@@ -154,6 +155,8 @@ void pool::impl::give_back(std::uintptr_t a, const detail::live_entry& e, stream
   }
   if (e.sl)
     slabs.deallocate(e.sl, a, s, also);
+  else if (plan.region() && plan.in_region(a))
+    plan_give_back(a, s, also);
   else
     arena.deallocate(a, s, also);
 }
@@ -297,7 +300,15 @@ void* pool::impl::allocate_general(std::size_t bytes, std::size_t alignment, str
     fc.lock.owner_lock();
     detail::stream_bins& sb = fc.bins_for(s);
     std::uint32_t i = fc.pop(sb, b, size, alignment);
-    if (i == detail::front_cache::none) i = p.front_miss(fc, sb, b, size, alignment, small);
+    if (i == detail::front_cache::none) {
+      if (!small && p.plan_direct) {
+        // The step plan's place for it, if it has one (a plan's block is marked by its slot).
+        if (const std::uintptr_t a = p.plan.place(size, alignment, s))
+          i = fc.adopt({a, size, nullptr, {0}, {}, 1, static_cast<std::uint16_t>(b), 8, detail::rec_cached});
+      } else {
+        i = p.front_miss(fc, sb, b, size, alignment, small);
+      }
+    }
     if (i != detail::front_cache::none) [[likely]] {
       // block_bytes == size: a cached arena block may serve a small request of its class's size.
       // (pop_fit's blocks may be larger: a large request growing first.)
@@ -342,15 +353,31 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
   // (With grow_before_reclaim they stay: the pool keeps what it has and grows when it must.)
   if (!opts.grow_before_reclaim) slabs.release_emptied();
   std::string why;
-  if (opts.reserve_ceiling > 0) arena.set_reserve_ceiling(ceiling_for(fc, size));
-  const std::uintptr_t a = take(bytes, alignment, s, sl, why, bins_enabled ? &fc : nullptr);
-  if (!a) throw_oom(bytes, alignment, s, std::move(why));
-  ++st.allocations;
-  note_reserved();
+  std::uintptr_t a = 0;
+  const bool planning = plan_direct && !small;
+  if (planning) {
+    // The step plan: a drained region back, a laid-out plan's region taken where a step starts,
+    // and this request placed by it if it can be.
+    detail::front_guard flock(fc.lock, true);
+    return_plan_region_if_drained();
+    if (plan.install_due() && install_plan(fc)) a = plan.place(size, alignment, s);
+  }
+  const bool planned = a != 0;
+  if (!planned) {
+    if (opts.reserve_ceiling > 0) arena.set_reserve_ceiling(ceiling_for(fc, size));
+    a = take(bytes, alignment, s, sl, why, bins_enabled ? &fc : nullptr);
+    if (!a) throw_oom(bytes, alignment, s, std::move(why));
+    ++st.allocations;
+    note_reserved();
+  }
+  if (plan_settled && !small) rearm_plan_if_moving(fc);  // (give_back_large takes fc's lock)
   // Into the caller's table before the pool's lock goes, so no one sees the block in no one's hands.
   detail::front_guard flock(fc.lock, bins_enabled);
-  const std::uint32_t i = fc.adopt({a, sl ? sl->slot_bytes : size, sl, {0}, {}, sl ? sl->slot_of(a) : 0,
+  if (planning && !planned) plan_saw_alloc(a, size, alignment, s);
+  // (A planned block is marked by its slot, 1; an arena block's is otherwise 0.)
+  const std::uint32_t i = fc.adopt({a, sl ? sl->slot_bytes : size, sl, {0}, {}, sl ? sl->slot_of(a) : std::uint32_t{planned},
                                     static_cast<std::uint16_t>(b), 8, detail::rec_cached});
+  if (planned) ++fc.hits;
   void* out = hand_out(i);
   if (bins_enabled && sl) {
     // The stream's slabs had no free slot of this class, or this is the stream's first miss: from
@@ -385,7 +412,7 @@ void pool::deallocate(void* ptr, std::size_t bytes, std::size_t alignment, strea
       const std::uint32_t i = pi->rec;
       detail::block_rec& r = fc.recs[i];
       detail::bin& x = sb->bins[pi->bin];  // the index's copy: no wait for the record
-      if (r.state == detail::rec_live && r.bytes == bytes && x.limit) [[likely]] {
+      if (r.state == detail::rec_live && r.bytes == bytes && x.limit && (r.sl || !p.plan_direct)) [[likely]] {
         r.state = detail::rec_cached;
         fc.live_bytes -= bytes;
         const bool publish_due = p.account_free_quietly(fc, bytes);
@@ -433,6 +460,7 @@ void pool::impl::deallocate_general(void* ptr, std::size_t bytes, std::size_t al
       // Live (and no record_use), with the figures it was allocated with: back into a bin.
       if (r.state == detail::rec_live && r.bytes == bytes && (alignment & (alignment - 1)) == 0 &&
           alignment - 1 < r.alignment()) [[likely]] {
+        if (!r.sl && p.plan_direct) return p.free_direct(fc, i, bytes, s);
         r.state = detail::rec_cached;
         fc.live_bytes -= bytes;
         p.account(fc, -static_cast<std::ptrdiff_t>(bytes));

@@ -76,6 +76,9 @@ pool::impl::impl(upstream& u, ordering& o, const detail::pool_config& op)
     }
     note_reserved();
   }
+  // The step plan needs each thread's own front cache, and blocks that go back to the arena as
+  // they are freed (zeroing and growing first keep their own ways).
+  plan_direct = op.step_plan && bins_enabled && !zero_on_free && !grow_first;
   // Without per-thread caches every thread shares one front (and its table of live blocks).
   if (!bins_enabled) {
     fronts.push_back(std::make_unique<detail::front_cache>(grow_first));
@@ -117,12 +120,24 @@ void pool::release_stream(stream_ref s) {
   p.slabs.disown(s);
   p.slabs.promote();
   for (auto& [a, streams] : p.used_on) std::erase(streams, s);
+  if (p.plan.region() && p.plan.stream() == s) {
+    // Its blocks will be freed on streams that exist: the plan drains.
+    detail::all_fronts_locked held(p.fronts);
+    p.plan.drop();
+    p.return_plan_region_if_drained();
+  }
 }
 
 void pool::trim() {
   impl& p = *impl_;
   std::lock_guard lock(p.m);
   p.flush_fronts();
+  if (p.plan.region()) {
+    // The plan's region is cached memory too: it goes back once no planned block is live.
+    detail::all_fronts_locked held(p.fronts);
+    p.plan.drop();
+    p.return_plan_region_if_drained();
+  }
   p.release_all_cached();
   p.note_reserved();
 }

@@ -27,6 +27,7 @@
 #include "front_cache.hpp"
 #include "graph_pool.hpp"
 #include "slab_cache.hpp"
+#include "step_plan.hpp"
 #include "stream_clock.hpp"
 #include "gpumem/pool.hpp"
 
@@ -101,6 +102,17 @@ struct pool::impl {
   std::vector<std::unique_ptr<detail::front_cache>> fronts;
   std::vector<detail::front_cache*> orphans;  // fronts of ended threads, for the next new one
   std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use, under m
+  // The step plan (step_plan.hpp). While a single thread uses the pool, large blocks skip the
+  // front caches (plan_direct): each one is placed by the plan or the arena and recorded, and each
+  // free goes back at once. The plan's state is touched under its owner's front-cache lock (the
+  // owner's own calls) or under m with that lock taken as well (everyone else's).
+  detail::step_plan plan;
+  detail::front_cache* plan_owner = nullptr;
+  bool plan_direct = false;      // written under m with every front cache's lock held
+  std::size_t plan_skip = 0;     // large requests not recorded, after a plan that did not fit
+  std::uint64_t plan_moves_mark = 0;  // the arena's maps + unmaps when the plan was laid out
+  bool plan_settled = false;     // a step went by without moves: large blocks cached, no recording
+  std::uint32_t plan_rejections = 0;
   pool_stats st;                               // slow-path counters, under m
   detail::graph_pools graphs{up, ord};         // CUDA graph capture, under m
   alignas(64) std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
@@ -124,7 +136,27 @@ struct pool::impl {
   [[gnu::noinline]] void deallocate_general(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
   [[gnu::noinline]] void deallocate_slow(void* ptr, std::size_t bytes, std::size_t alignment, stream_ref s) noexcept;
   // Blocks no caller holds, back to the slab cache or the arena (under m).
-  inline void give_back(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
+  void give_back(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
+  // --- pool_plan.cpp: the step plan's place in the pool. ---------------------------------------
+  // A large block the plan placed, from owner `fc`'s own free (its lock held, released here).
+  void free_direct(detail::front_cache& fc, std::uint32_t i, std::size_t bytes, stream_ref s) noexcept;
+  // Under m: a large block the arena served for owner `fc`, recorded; a plan laid out when a step
+  // has been seen whole.
+  void plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t alignment, stream_ref s);
+  // Under m, owner `fc`'s lock held: the laid-out plan takes its region from the arena and starts
+  // following. False if the arena could not give it (the plan is dropped).
+  bool install_plan(detail::front_cache& fc);
+  // Under m, `a` inside the plan's region: a planned block freed by a caller other than its owner.
+  void plan_give_back(std::uintptr_t a, stream_ref s, const std::vector<stream_ref>& also);
+  // Under m, with the owner's lock held or no other thread: the region back to the arena if the
+  // plan has drained.
+  void return_plan_region_if_drained();
+  // Under m, every front cache's lock held: a second thread came; the plan drains and stops.
+  void stop_planning();
+  // Under m, owner `fc` calling: a job that had settled without a plan moves memory again, so
+  // recording starts over (with fc's cached large blocks given back, so every one is seen).
+  void rearm_plan_if_moving(detail::front_cache& fc);
+
   inline void zero(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
   struct evicted_blocks;
   inline void give_back_evicted(const evicted_blocks& ev, stream_ref s);

@@ -59,6 +59,8 @@ pool_stats pool::stats() const {
     evictions += f->evictions;
     fast_frees += f->fast_frees;
   }
+  s.plan_hits = p.plan.hits();
+  s.plans = p.plan.plans_made();
   s.reserved_bytes = p.arena.reserved_bytes();
   s.cached_bytes = s.reserved_bytes > s.live_bytes ? s.reserved_bytes - s.live_bytes : 0;
   s.largest_free_block_bytes = p.arena.largest_free_block();
@@ -107,6 +109,12 @@ void pool::check_invariants() const {
   // both live (first visit) and in transit (at the end).
   detail::all_fronts_locked held(p.fronts);
   std::size_t arena_held = p.slabs.slab_total_bytes();
+  std::size_t planned = 0;  // blocks the step plan placed, live
+  p.plan.check();
+  if (p.plan.region()) {
+    if (p.arena.live_size(p.plan.region()) < p.plan.region_bytes()) fail("the plan's region is not live in the arena");
+    arena_held += p.arena.live_size(p.plan.region());
+  }
   std::unordered_set<std::uintptr_t> seen;
   std::unordered_map<const detail::slab*, std::uint32_t> slot_refs;  // slots held live or cached
   auto check_slot = [&](std::uintptr_t a, const detail::slab* sl, std::uint32_t slot, std::size_t bytes) {
@@ -127,6 +135,11 @@ void pool::check_invariants() const {
       if (r.sl) {
         check_slot(a, r.sl, r.slot, r.block_bytes);
         if (r.block_bytes != r.sl->slot_bytes) fail(fmt::format("slot {:#x} has the wrong size", a));
+      } else if (r.slot) {  // the step plan's (pool_plan.cpp)
+        if (!p.plan.region() || !p.plan.in_region(a) || !p.plan.in_region(a + r.block_bytes - 1))
+          fail(fmt::format("planned block {:#x} lies outside the plan's region", a));
+        if (!r.live()) fail(fmt::format("planned block {:#x} is cached", a));
+        ++planned;
       } else {
         if (p.arena.live_size(a) != r.block_bytes) fail(fmt::format("block {:#x} is not live in the arena", a));
         arena_held += r.block_bytes;
@@ -168,6 +181,8 @@ void pool::check_invariants() const {
     std::lock_guard shard_lock(sl->shard.load(std::memory_order_relaxed)->m);
     if (refs > sl->live) fail(fmt::format("slab {:#x}: {} slots held but {} counted live", sl->base, refs, sl->live));
   }
+  if (planned + p.plan.poisoned_places() != p.plan.live_blocks())
+    fail(fmt::format("{} planned blocks live, the plan counts {}", planned, p.plan.live_blocks()));
   arena_held += p.in_transit_bytes.load(std::memory_order_relaxed);
   if (arena_held != p.arena.allocated_bytes())
     fail(fmt::format("the arena holds {} B live but blocks, cached blocks and slabs add to {} B",

@@ -128,6 +128,16 @@ bool pool::impl::give_back_large(detail::front_cache& f, std::optional<stream_re
   return any;
 }
 
+// A job that had settled without a step plan (pool_plan.cpp) moves memory again: recording
+// starts over, with the caller's cached large blocks given back so that every one is seen.
+void pool::impl::rearm_plan_if_moving(detail::front_cache& fc) {
+  if (arena.maps() + arena.unmaps() == plan_moves_mark || front_count.load(std::memory_order_relaxed) > 1) return;
+  give_back_large(fc);
+  plan_settled = false;
+  plan_direct = true;
+  plan.restart();
+}
+
 // `own`: the caller's front cache, if it has one of its own.
 std::uintptr_t pool::impl::take(std::size_t bytes, std::size_t alignment, stream_ref s, detail::slab*& sl, std::string& why,
                     detail::front_cache* own) {

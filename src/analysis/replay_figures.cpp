@@ -30,6 +30,8 @@ std::vector<replay_figure> replay_figures(const replay_result& r) {
               n("allocations", double(s.allocations)), n("front_hits", double(s.front_hits)),
               n("front_refills", double(s.front_refills)),      // of which from the stream's slabs
               n("front_evictions", double(s.front_evictions)),  // cached large blocks that made room
+              // The step plan: large requests placed by a layout learned from an earlier step.
+              n("plan_hits", double(s.plan_hits)), n("plans", double(s.plans)),
               // remap_time_budget: host time charged for moves, and the moves the budget turned down.
               x("remap_ms", double(s.remap_ns) / 1e6), n("remaps_deferred", double(s.remaps_deferred)),
               n("stream_ordered_moves", double(s.stream_ordered_moves)),

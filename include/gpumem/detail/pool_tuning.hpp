@@ -25,16 +25,17 @@ struct pool_tuning {
   // as a fraction of live memory. Below it the pool grows rather than unmap idle granules and map
   // them again elsewhere, each granule a driver call on a GPU. 0 is the tightest: reserved never
   // grows while an idle granule is left. More trades memory for fewer driver calls. Not applied
-  // when the upstream or max_reserved_bytes refuses to grow.
-  double idle_budget = 0.0;
+  // when the upstream or max_reserved_bytes refuses to grow. By default 1: below the reserve
+  // ceiling the pool grows rather than move memory.
+  double idle_budget = 1.0;
   // Virtual upstreams: the most peak reserved may be over peak live where moving memory can keep
   // it there (0: no ceiling; else at least 1). A request that would take reserved past
   // reserve_ceiling x max(peak live, live + the request) moves idle granules, and memory its own
   // stream freed, before it grows, whatever idle_budget says; the idle budget then spares driver
   // calls only below the ceiling. Live figures are the calling thread's exact ones when it is the
   // pool's only thread, else those threads publish in steps. A target, not a limit: when no memory
-  // can be moved the pool grows past it.
-  double reserve_ceiling = 0.0;
+  // can be moved the pool grows past it. By default 1.03: memory moves only to stay within it.
+  double reserve_ceiling = 1.03;
   // Virtual upstreams: the largest physical handle the pool creates when it grows; each run of
   // granules a request needs gets handles of up to this size, each mapped in one piece. Larger
   // handles cost fewer driver calls and copy faster, but a handle moves only whole, so one that
@@ -99,6 +100,11 @@ struct pool_tuning {
   // second time where S's request needs it, and unmaps the old place once S has run past the frees
   // in it: no host wait, no growth, and no other stream sees the memory early. Off only to compare.
   bool stream_ordered_moves = true;
+  // One thread's large blocks are placed by a layout learned from an earlier step of the job once
+  // it repeats itself (the step plan, docs/design.md), and go back to the arena when freed
+  // instead of into the front cache. Off: large blocks are cached per thread as with several
+  // threads; for comparison and for tests of the front caches.
+  bool step_plan = true;
 };
 
 // What the pool runs on: the user's options and the policy's settings in one object, so the

@@ -1,0 +1,143 @@
+// The step plan's place in the pool (step_plan.hpp): what the arena serves is recorded, a step
+// found is laid out and its region taken from the arena, planned blocks are freed, and the region
+// goes back when a plan has drained.
+#include <mutex>
+
+#include "pool_impl.hpp"
+
+namespace gpumem {
+
+namespace {
+// The most a plan's region may be over its step's peak live bytes when no reserve ceiling is set.
+constexpr double default_plan_ceiling = 1.03;
+}  // namespace
+
+void pool::impl::free_direct(detail::front_cache& fc, std::uint32_t i, std::size_t bytes, stream_ref s) noexcept {
+  const detail::block_rec& r = fc.recs[i];
+  const std::uintptr_t a = r.addr;
+  const detail::live_entry e = r.entry();
+  const bool planned = r.slot != 0;
+  fc.live_bytes -= bytes;
+  account(fc, -static_cast<std::ptrdiff_t>(bytes));
+  fc.forget(i);
+  if (planned) {
+    // Its place is free again for the plan's next block on this stream: no lock but the owner's.
+    const bool drained = plan.release(a, s);
+    ++fc.fast_frees;
+    fc.lock.owner_unlock();
+    if (drained) {
+      std::lock_guard lock(m);
+      detail::front_guard flock(fc.lock, true);
+      return_plan_region_if_drained();
+      note_reserved();
+    }
+    return;
+  }
+  in_transit_bytes.fetch_add(e.block_bytes, std::memory_order_relaxed);
+  fc.lock.owner_unlock();
+  std::lock_guard lock(m);
+  in_transit_bytes.fetch_sub(e.block_bytes, std::memory_order_relaxed);
+  {
+    detail::front_guard flock(fc.lock, true);
+    plan.record_free(a);
+  }
+  give_back(a, e, s);
+  ++st.deallocations;
+  note_reserved();
+}
+
+void pool::impl::plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t alignment, stream_ref s) {
+  if (plan.state() == detail::step_plan::phase::laid_out) return plan.count_alloc();
+  if (plan.state() != detail::step_plan::phase::recording) return;
+  if (plan_skip) {
+    --plan_skip;
+    return;
+  }
+  plan.record_alloc(a, size, alignment, s);
+  if (!plan.step_ready()) return;
+  std::size_t peak = 0;
+  const std::size_t bytes = plan.lay_out(peak);
+  const double bound = opts.reserve_ceiling > 0 ? opts.reserve_ceiling : default_plan_ceiling;
+  if (!bytes || static_cast<double>(bytes) > bound * static_cast<double>(peak)) {
+    // The step's layout is not within the ceiling (its shapes vary too much to sit still without
+    // more memory): the arena goes on moving memory. Look again after a while, less often each
+    // time.
+    plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
+    plan.drop();
+    return;
+  }
+  plan_moves_mark = arena.maps() + arena.unmaps();
+}
+
+bool pool::impl::install_plan(detail::front_cache& fc) {
+  if (arena.maps() + arena.unmaps() == plan_moves_mark) {
+    // A whole step went by on the arena without a granule mapped or unmapped: the job has settled
+    // without a plan. Large blocks go back to the front caches, which serve a repeated shape
+    // faster than any layout.
+    plan.drop();
+    plan_direct = false;
+    plan_settled = true;
+    return false;
+  }
+  // The last step's memory is free by now, most of it owned by the stream that freed it: once
+  // ready it can be moved under the region rather than the region growing beside it.
+  clock.cover_all();
+  promote_ready();
+  // Small blocks the front cache keeps pin slabs where the region could lie: they go back, and
+  // the slabs left empty with them (as settle does, once per plan).
+  flush_front(fc);
+  slabs.release_empty();
+  const std::size_t bytes = align_up(plan.extent_planned(), granule);
+  // Reserved after: the region beside the granules that stay busy (slabs, blocks of the step in
+  // progress). Over the ceiling, the plan would buy its stillness with memory: the arena goes on.
+  const double bound = opts.reserve_ceiling > 0 ? opts.reserve_ceiling : default_plan_ceiling;
+  const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
+  if (static_cast<double>(bytes + arena.busy_granule_bytes()) > bound * static_cast<double>(peak)) {
+    plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
+    plan.drop();
+    return false;
+  }
+  if (opts.reserve_ceiling > 0) arena.set_reserve_ceiling(ceiling_for(fc, bytes));
+  std::uintptr_t region = arena.allocate(bytes, granule, plan.stream(), false);
+  if (!region) {
+    // Idle memory alone does not make the region (slabs and the blocks still live hold parts of
+    // granules): idle granules go back first, so the region grows into what they held rather
+    // than beside them.
+    arena.release(granule);
+    region = arena.allocate(bytes, granule, plan.stream(), true);
+  }
+  if (!region) {
+    plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
+    plan.drop();
+    return false;
+  }
+  plan.install(region);
+  plan_owner = &fc;
+  plan_rejections = 0;
+  note_reserved();
+  return true;
+}
+
+void pool::impl::plan_give_back(std::uintptr_t a, stream_ref s, const std::vector<stream_ref>& also) {
+  detail::all_fronts_locked held(fronts);
+  if (plan.release(a, s, also)) return_plan_region_if_drained();
+}
+
+void pool::impl::return_plan_region_if_drained() {
+  if (!plan.region() || !plan.drained()) return;
+  arena.deallocate(plan.region(), plan.stream(), plan.other_streams());
+  plan.region_returned();
+  plan_owner = nullptr;
+  if (front_count.load(std::memory_order_relaxed) > 1) plan_direct = false;
+}
+
+void pool::impl::stop_planning() {
+  plan_settled = false;
+  plan.drop();
+  if (!plan.region()) plan_direct = false;
+  // (With planned blocks still live, they are freed as before and the region goes back with the
+  // last; plan_direct stays until then, and no step is recorded again.)
+  plan_skip = SIZE_MAX;
+}
+
+}  // namespace gpumem

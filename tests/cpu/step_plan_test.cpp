@@ -1,0 +1,317 @@
+// The step plan: a step found when its first requests come again, laid out without overlaps, then
+// followed — and never trusted: an occupied place is a miss, a plan that keeps missing drops and
+// drains, a block freed on another stream keeps its place until the region goes back. Then the
+// pool with it: a job that repeats itself stops mapping memory after its first steps, within the
+// reserve ceiling, and every invariant holds on the way.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gpumem/pool.hpp"
+#include "gpumem/sim_device.hpp"
+#include "step_plan.hpp"
+
+namespace {
+
+using namespace gpumem;
+using detail::step_plan;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// One step of a made-up training job: a forward pass that keeps activations, a backward pass that
+// frees them in reverse with a temporary beside each. `ops`: +size allocates, -k frees the k-th
+// allocation of the step (1-based).
+std::vector<long> training_step(int layers) {
+  std::vector<long> ops;
+  int n = 0;
+  std::vector<int> acts;
+  for (int l = 0; l < layers; ++l) {
+    ops.push_back(static_cast<long>((2 + l % 3) * MiB));  // activation
+    acts.push_back(++n);
+    ops.push_back(static_cast<long>(3 * MiB / 2));  // workspace
+    ops.push_back(-(++n));
+  }
+  for (int l = layers; l-- > 0;) {
+    ops.push_back(static_cast<long>((4 + l % 2) * MiB));  // gradient temporary
+    const int g = ++n;
+    ops.push_back(-acts[l]);
+    ops.push_back(-g);
+  }
+  return ops;
+}
+
+// Runs `ops` once on `rec` as a pool would report them, addresses from a bump counter.
+void record_step(step_plan& plan, const std::vector<long>& ops, std::uintptr_t& next_addr) {
+  std::vector<std::uintptr_t> addr;
+  for (long op : ops) {
+    if (op > 0) {
+      addr.push_back(next_addr);
+      plan.record_alloc(next_addr, static_cast<std::size_t>(op), 256, stream_ref{});
+      next_addr += static_cast<std::size_t>(op);
+    } else {
+      plan.record_free(addr[static_cast<std::size_t>(-op - 1)]);
+    }
+  }
+}
+
+TEST(StepPlan, FindsTheStepLaysItOutAndFollowsIt) {
+  step_plan plan;
+  const auto step = training_step(24);
+  std::uintptr_t bump = 1 << 30;
+  record_step(plan, step, bump);
+  EXPECT_FALSE(plan.step_ready()) << "one step alone is no repeat";
+  // The next step's first requests: the step is found once match_len of them came again.
+  std::size_t allocs = 0;
+  std::vector<std::uintptr_t> next;
+  for (long op : step) {
+    if (op <= 0) continue;
+    next.push_back(bump);
+    plan.record_alloc(bump, static_cast<std::size_t>(op), 256, stream_ref{});
+    bump += static_cast<std::size_t>(op);
+    if (++allocs == step_plan::match_len) break;
+  }
+  ASSERT_TRUE(plan.step_ready());
+  std::size_t peak = 0;
+  const std::size_t extent = plan.lay_out(peak);
+  ASSERT_GT(peak, 0u);
+  EXPECT_GE(extent, peak);
+  EXPECT_LE(static_cast<double>(extent), 1.03 * static_cast<double>(peak)) << "a stack-shaped step packs tightly";
+  EXPECT_EQ(plan.state(), step_plan::phase::laid_out);
+  // The rest of the second step goes to the arena; the region is taken where the next one starts
+  // (nothing of the step is live there).
+  for (std::size_t k = allocs; k < plan.entries(); ++k) {
+    EXPECT_FALSE(plan.install_due()) << k;
+    plan.count_alloc();
+  }
+  ASSERT_TRUE(plan.install_due());
+  constexpr std::uintptr_t base = std::uintptr_t{1} << 40;
+  plan.install(base);
+  EXPECT_TRUE(plan.following());
+  // Two more steps, placed by the plan: every one of their requests lands in the region with no
+  // overlap, none misses, and the live set empties at each step's end.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::uintptr_t> got;
+    std::size_t k = 0;
+    for (long op : step) {
+      if (op > 0) {
+        const std::uintptr_t a = plan.place(static_cast<std::size_t>(op), 256, stream_ref{});
+        ASSERT_NE(a, 0u) << "request " << k << " of round " << round;
+        EXPECT_TRUE(plan.in_region(a) && plan.in_region(a + static_cast<std::size_t>(op) - 1));
+        got.push_back(a);
+        ++k;
+        plan.check();
+      } else {
+        EXPECT_FALSE(plan.release(got[static_cast<std::size_t>(-op - 1)], stream_ref{}));
+      }
+    }
+    EXPECT_EQ(plan.live_blocks(), 0u);
+  }
+  EXPECT_EQ(plan.misses(), 0u);
+}
+
+TEST(StepPlan, ATakenPlaceIsAMissAndAPlanThatKeepsMissingDrains) {
+  step_plan plan;
+  const auto step = training_step(24);
+  std::uintptr_t bump = 1 << 30;
+  record_step(plan, step, bump);
+  record_step(plan, step, bump);
+  ASSERT_TRUE(plan.step_ready());
+  std::size_t peak = 0;
+  ASSERT_GT(plan.lay_out(peak), 0u);
+  plan.install(std::uintptr_t{1} << 40);
+  // The plan expects step request match_len (the next round's earlier ones went to the arena).
+  // A block it places stays live; asking again for the requests that follow eventually wants its
+  // place (the step reuses memory), which is then a miss, never an overlap.
+  std::vector<std::uintptr_t> held;
+  for (int i = 0; i < 400 && plan.following(); ++i) {
+    const std::size_t size = static_cast<std::size_t>((2 + i % 3) * MiB);
+    if (const std::uintptr_t a = plan.place(size, 256, stream_ref{})) held.push_back(a);
+    plan.check();
+  }
+  EXPECT_FALSE(plan.following()) << "requests that do not fit the plan make it drop";
+  EXPECT_GT(plan.misses(), 0u);
+  EXPECT_EQ(plan.state(), step_plan::phase::draining);
+  EXPECT_EQ(plan.place(2 * MiB, 256, stream_ref{}), 0u) << "a draining plan places nothing";
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    const bool last = i + 1 == held.size();
+    EXPECT_EQ(plan.release(held[i], stream_ref{}), last);
+  }
+  EXPECT_TRUE(plan.drained());
+  plan.region_returned();
+  EXPECT_EQ(plan.state(), step_plan::phase::recording);
+}
+
+TEST(StepPlan, ABlockFreedOnAnotherStreamKeepsItsPlaceUntilTheRegionGoesBack) {
+  step_plan plan;
+  const auto step = training_step(24);
+  std::uintptr_t bump = 1 << 30;
+  record_step(plan, step, bump);
+  record_step(plan, step, bump);
+  ASSERT_TRUE(plan.step_ready());
+  std::size_t peak = 0;
+  ASSERT_GT(plan.lay_out(peak), 0u);
+  plan.install(std::uintptr_t{1} << 40);
+  const std::uintptr_t a = plan.place(2 * MiB, 256, stream_ref{});  // request 16: layer 8's activation
+  ASSERT_NE(a, 0u);
+  EXPECT_TRUE(plan.release(a, stream_ref{7})) << "the only block: the plan drains at once";
+  EXPECT_EQ(plan.live_blocks(), 1u) << "its place stays taken";
+  ASSERT_EQ(plan.other_streams().size(), 1u);
+  EXPECT_EQ(plan.other_streams()[0], stream_ref{7});
+  plan.check();
+}
+
+TEST(StepPlan, ShortRepeatsAreNoStep) {
+  step_plan plan;
+  std::uintptr_t bump = 1 << 30;
+  // A pair pattern: the same size allocated and freed, over and over.
+  for (int i = 0; i < 5000; ++i) {
+    plan.record_alloc(bump, 8 * MiB, 256, stream_ref{});
+    plan.record_free(bump);
+    bump += 8 * MiB;
+    if (plan.step_ready()) break;
+  }
+  ASSERT_TRUE(plan.step_ready());
+  std::size_t peak = 0;
+  EXPECT_EQ(plan.lay_out(peak), 8 * MiB);
+  EXPECT_GE(plan.entries(), step_plan::min_step) << "a step is never shorter than min_step requests";
+}
+
+// --- The pool with its plan. ---------------------------------------------------------------------
+
+sim_options device() {
+  sim_options so;
+  so.capacity_bytes = std::size_t{4} << 30;
+  so.virtual_memory = true;
+  return so;
+}
+
+// Runs `steps` steps of `ops` on `p`; returns the stats after each.
+std::vector<pool_stats> run_steps(pool& p, const std::vector<long>& ops, int steps) {
+  std::vector<pool_stats> after;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::pair<void*, std::size_t>> got;
+    for (long op : ops) {
+      if (op > 0) {
+        got.emplace_back(p.allocate(static_cast<std::size_t>(op)), static_cast<std::size_t>(op));
+      } else {
+        auto& [ptr, bytes] = got[static_cast<std::size_t>(-op - 1)];
+        p.deallocate(ptr, bytes);
+      }
+    }
+    p.check_invariants();
+    after.push_back(p.stats());
+  }
+  return after;
+}
+
+// A step of a made-up transformer training job: activations kept through the forward pass,
+// temporaries of several shapes freed at once, the backward pass freeing in reverse.
+std::vector<long> varied_step(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<long> ops;
+  int n = 0;
+  std::vector<int> acts;
+  for (int l = 0; l < 48; ++l) {
+    ops.push_back(static_cast<long>((2 + rng() % 30) * MiB + (rng() % 16) * 65536));
+    acts.push_back(++n);
+    const int t1 = (ops.push_back(static_cast<long>((1 + rng() % 20) * MiB)), ++n);
+    const int t2 = (ops.push_back(static_cast<long>((3 + rng() % 9) * MiB / 2)), ++n);
+    ops.push_back(-t1);
+    ops.push_back(-t2);
+  }
+  for (int l = 48; l-- > 0;) {
+    const int g = (ops.push_back(static_cast<long>((2 + rng() % 24) * MiB)), ++n);
+    ops.push_back(-acts[static_cast<std::size_t>(l)]);
+    ops.push_back(-g);
+  }
+  return ops;
+}
+
+TEST(PoolStepPlan, AJobThatRepeatsItselfStopsMappingMemory) {
+  sim_device dev(device());
+  pool p(dev.memory(), dev.streams());
+  const auto after = run_steps(p, varied_step(7), 6);
+  EXPECT_EQ(after.back().plans, 1u) << "the step was found and laid out once";
+  EXPECT_GT(after.back().plan_hits, 0u);
+  // The last steps: no granule mapped or unmapped, every large request from the plan.
+  for (int s = 4; s < 6; ++s) {
+    EXPECT_EQ(after[s].maps + after[s].unmaps, after[s - 1].maps + after[s - 1].unmaps) << "step " << s;
+    // (A few requests may find their place still held and go to the arena, on mapped memory.)
+    EXPECT_GE(after[s].plan_hits - after[s - 1].plan_hits, 48u * 4 * 95 / 100) << "step " << s;
+  }
+  EXPECT_LE(after.back().fragmentation(), 1.03);
+}
+
+TEST(PoolStepPlan, AStepThatCannotSitStillWithinTheCeilingKeepsMoving) {
+  sim_device dev(device());
+  pool p(dev.memory(), dev.streams());
+  // Random lifetimes and sizes: no layout of the step fits within 1.03 of its peak.
+  std::vector<long> ops;
+  std::mt19937 rng(11);
+  std::vector<int> live;
+  int n = 0;
+  for (int i = 0; i < 800; ++i) {
+    if (live.empty() || (live.size() < 40 && rng() % 3)) {
+      ops.push_back(static_cast<long>((1 + rng() % 48) * MiB + (rng() % 8) * 4096));
+      live.push_back(++n);
+    } else {
+      const std::size_t k = rng() % live.size();
+      ops.push_back(-live[k]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  for (int k : live) ops.push_back(-k);
+  const auto after = run_steps(p, ops, 5);
+  EXPECT_EQ(after.back().plans, 0u);
+  EXPECT_LE(after.back().fragmentation(), 1.05) << "the arena keeps reserved near the ceiling by moving memory";
+}
+
+TEST(PoolStepPlan, ASecondThreadStopsThePlanAndItsBlocksStayGood) {
+  sim_device dev(device());
+  pool p(dev.memory(), dev.streams());
+  const auto step = training_step(32);
+  run_steps(p, step, 3);
+  ASSERT_GE(p.stats().plans, 1u);
+  // Half a step, blocks live in the plan's region, then another thread uses the pool.
+  std::vector<std::pair<void*, std::size_t>> held;
+  for (long op : step) {
+    if (op <= 0) break;
+    held.emplace_back(p.allocate(static_cast<std::size_t>(op)), static_cast<std::size_t>(op));
+  }
+  std::thread([&] {
+    void* q = p.allocate(3 * MiB);
+    p.deallocate(q, 3 * MiB);
+    // This thread frees some of the first thread's blocks (planned ones among them).
+    for (std::size_t i = 0; i < held.size(); i += 2) p.deallocate(held[i].first, held[i].second);
+  }).join();
+  p.check_invariants();
+  for (std::size_t i = 1; i < held.size(); i += 2) p.deallocate(held[i].first, held[i].second);
+  p.check_invariants();
+  const auto before = p.stats().plans;
+  run_steps(p, step, 3);
+  EXPECT_EQ(p.stats().plans, before) << "with two threads no new plan is made";
+  EXPECT_EQ(p.stats().live_bytes, 0u);
+}
+
+TEST(PoolStepPlan, ABlockUsedOnAnotherStreamSendsTheRegionBackFreedOnIt) {
+  sim_options so = device();
+  so.auto_complete = false;  // streams run only when told
+  sim_device dev(so);
+  pool p(dev.memory(), dev.streams());
+  const auto step = training_step(32);
+  run_steps(p, step, 3);
+  ASSERT_GE(p.stats().plans, 1u);
+  const std::size_t first = static_cast<std::size_t>(step[0]);
+  void* a = p.allocate(first);
+  p.record_use(a, stream_ref{5});
+  p.deallocate(a, first);
+  p.check_invariants();
+  p.trim();
+  p.check_invariants();
+  EXPECT_EQ(p.stats().live_bytes, 0u);
+}
+
+}  // namespace
