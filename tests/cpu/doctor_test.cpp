@@ -460,6 +460,8 @@ TEST(Doctor, SlowPathRemappingQuotesAnInitialReserveSizedByGrowingFirst) {
   EXPECT_GE(f.at("reserve_fragmentation"), 1.0);
   EXPECT_NE(f.summary.find("initial reserve of"), std::string::npos) << f.summary;
   EXPECT_NE(f.advice.find("initial_reserve_bytes"), std::string::npos) << f.advice;
+  // The idle budget is the policy's setting, not an option: the advice names none a user cannot set.
+  EXPECT_EQ(f.advice.find("pool_options::idle_budget"), std::string::npos) << f.advice;
 }
 
 // A replay that cannot hold the reserve costs the finding its reserve figures, not the finding.
