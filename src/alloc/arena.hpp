@@ -98,19 +98,19 @@ struct arena_options {
   std::size_t max_reserved_bytes = SIZE_MAX;
   std::size_t address_range_bytes = 0;
   std::size_t release_threshold_bytes = SIZE_MAX;
-  double idle_budget = 0.0;  // pool_options::idle_budget
-  // pool_options::grow_before_reclaim: idle granules are remapped elsewhere only when growing
+  double idle_budget = 0.0;  // pool_tuning::idle_budget
+  // pool_tuning::grow_before_reclaim: idle granules are remapped elsewhere only when growing
   // fails, as if the idle budget had no bound.
   bool keep_idle = false;
-  // pool_options::max_handle_bytes: the largest physical handle growth creates (at least a granule).
+  // pool_tuning::max_handle_bytes: the largest physical handle growth creates (at least a granule).
   std::size_t max_handle_bytes = 0;
-  // pool_options::wait_before_grow: host-wait for pending frees before growing.
+  // pool_tuning::wait_before_grow: host-wait for pending frees before growing.
   bool wait_before_grow = false;
-  // pool_options::remap_time_budget, remap_cost_ns_per_granule, remap_clock_ns.
+  // pool_tuning::remap_time_budget, remap_cost_ns_per_granule, remap_clock_ns.
   double remap_time_budget = 0.0;
   double remap_cost_ns_per_granule = 0.0;
   std::function<std::uint64_t()> remap_clock_ns{};
-  // pool_options::stream_ordered_moves.
+  // pool_tuning::stream_ordered_moves.
   bool stream_ordered_moves = false;
   // Virtual upstreams: slabs are carved from the upper half of the address range, every other
   // block from the lower half (the pool sets it growing first, without an initial reserve; see
@@ -155,18 +155,16 @@ class arena {
   // `keep_cached` bytes of cached memory remain (0: everything).
   void release(std::size_t keep_cached);
 
-  // pool_options::reserve_ceiling for the next requests: growing past `bytes` of reserved memory
+  // pool_tuning::reserve_ceiling for the next requests: growing past `bytes` of reserved memory
   // comes after moving idle memory and the stream's pending memory, whatever the idle budget says.
   void set_reserve_ceiling(std::size_t bytes) noexcept { ceiling_bytes_ = bytes; }
 
   std::size_t reserved_bytes() const noexcept;
   std::size_t allocated_bytes() const noexcept { return allocated_; }
   std::size_t largest_free_block() const;
-  // Bytes of the granules something non-ready lies on (virtual; plain: allocated bytes): what
-  // stays mapped however idle memory moves.
-  std::size_t busy_granule_bytes() const noexcept {
-    return virtual_ ? (mapped_ - idle_.size()) * granule_ : allocated_;
-  }
+  // Bytes of the granules live blocks lie on (virtual; plain: allocated bytes): what stays mapped
+  // however free memory moves. O(blocks).
+  std::size_t live_granule_bytes() const;
   std::vector<oom_report::stream_cache> owned_free_per_stream() const;
   void append_blocks(std::vector<block_info>& out) const;
   void check() const;  // throws std::logic_error on a broken invariant
@@ -470,7 +468,7 @@ class arena {
   std::vector<segment> segments_;
   std::size_t segment_bytes_ = 0;        // plain: sum of live segments
   std::size_t allocated_ = 0;            // bytes in live blocks
-  std::size_t ceiling_bytes_ = SIZE_MAX;  // pool_options::reserve_ceiling, as bytes (set_reserve_ceiling)
+  std::size_t ceiling_bytes_ = SIZE_MAX;  // pool_tuning::reserve_ceiling, as bytes (set_reserve_ceiling)
 
   // virtual upstream state
   std::uintptr_t range_base_ = 0;

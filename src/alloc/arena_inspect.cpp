@@ -19,6 +19,18 @@ std::size_t arena::largest_free_block() const {
   return best;
 }
 
+std::size_t arena::live_granule_bytes() const {
+  if (!virtual_) return allocated_;
+  std::size_t granules = 0, covered_to = 0;  // granules counted, and the first granule not yet
+  for (const auto& [a, b] : blocks_) {
+    if (b.st != state::live) continue;
+    const std::size_t g0 = std::max(granule_of(a), covered_to), g1 = granule_of(a + b.size - 1) + 1;
+    if (g1 > g0) granules += g1 - g0;
+    covered_to = std::max(covered_to, g1);
+  }
+  return granules * granule_;
+}
+
 std::vector<oom_report::stream_cache> arena::owned_free_per_stream() const {
   std::vector<oom_report::stream_cache> out;
   for (const auto& [s, o] : owned_) {

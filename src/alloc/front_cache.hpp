@@ -7,7 +7,7 @@
 // Bins are by size class (8 per doubling, size_class.hpp). A small request is rounded to its class
 // before it reaches the front cache, so every slot of that class serves it; a large one (an arena
 // block, 256 B steps) takes only a block of exactly its size by default. Growing first
-// (pool_options::grow_before_reclaim) it also takes a larger block of its class or of the next two
+// (pool_tuning::grow_before_reclaim) it also takes a larger block of its class or of the next two
 // (pop_fit): large sizes seldom repeat exactly, and that policy would rather hand out a block a
 // little too large than take the pool's lock for the arena's best fit. A freed arena block that
 // finds its bin full or the arena blocks' budget spent makes room: the oldest cached arena blocks

@@ -76,9 +76,10 @@ pool::impl::impl(upstream& u, ordering& o, const detail::pool_config& op)
     }
     note_reserved();
   }
-  // The step plan needs each thread's own front cache, and blocks that go back to the arena as
-  // they are freed (zeroing and growing first keep their own ways).
-  plan_direct = op.step_plan && bins_enabled && !zero_on_free && !grow_first;
+  // The step plan needs each thread's own front cache, blocks that go back to the arena as they
+  // are freed (zeroing and growing first keep their own ways), and a virtual upstream: what it
+  // spares is moves, and on plain segments its region would be one more segment beside the rest.
+  plan_direct = op.step_plan && bins_enabled && !zero_on_free && !grow_first && arena.is_virtual();
   // Without per-thread caches every thread shares one front (and its table of live blocks).
   if (!bins_enabled) {
     fronts.push_back(std::make_unique<detail::front_cache>(grow_first));

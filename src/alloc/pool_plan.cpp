@@ -88,11 +88,11 @@ bool pool::impl::install_plan(detail::front_cache& fc) {
   flush_front(fc);
   slabs.release_empty();
   const std::size_t bytes = align_up(plan.extent_planned(), granule);
-  // Reserved after: the region beside the granules that stay busy (slabs, blocks of the step in
+  // Reserved after: the region beside the granules live blocks hold (slabs, blocks of the step in
   // progress). Over the ceiling, the plan would buy its stillness with memory: the arena goes on.
   const double bound = opts.reserve_ceiling > 0 ? opts.reserve_ceiling : default_plan_ceiling;
   const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
-  if (static_cast<double>(bytes + arena.busy_granule_bytes()) > bound * static_cast<double>(peak)) {
+  if (static_cast<double>(bytes + arena.live_granule_bytes()) > bound * static_cast<double>(peak)) {
     plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
     plan.drop();
     return false;

@@ -13,7 +13,7 @@ namespace gpumem {
 
 namespace {
 // Where device i+1's addresses start past device i's: its capacity times this (a virtual pool
-// reserves several times the device, pool_options::address_range_bytes) plus 1 TiB, so the
+// reserves several times the device, pool_tuning::address_range_bytes) plus 1 TiB, so the
 // spaces look apart; which device holds an address is asked of the devices themselves.
 constexpr std::size_t address_factor = 16;
 constexpr std::size_t address_gap = std::size_t{1} << 40;

@@ -12,6 +12,7 @@
 
 #include "support/model_check.hpp"
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -24,6 +25,7 @@ class FastPath : public ::testing::TestWithParam<bool> {  // grow_before_reclaim
  protected:
   std::unique_ptr<sim_pool_rig> rig() const {
     detail::pool_config po;
+    gpumem::test::use_moving_policy(po);
     po.grow_before_reclaim = GetParam();
     return std::make_unique<sim_pool_rig>(sim_options{.capacity_bytes = std::size_t{1} << 32, .auto_complete = true},
                                           po);

@@ -12,6 +12,7 @@
 
 #include "support/model_check.hpp"
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -33,6 +34,7 @@ class FrontEviction : public ::testing::TestWithParam<policy> {
   // everything freed since the peak: pool_reserve_headroom_test.cpp).
   detail::pool_config options() const {
     detail::pool_config po;
+    gpumem::test::use_moving_policy(po);
     po.grow_before_reclaim = GetParam().grow_first;
     po.front_cache_bytes = 8 * MiB;
     po.front_cache_reserve_headroom = 0;
@@ -166,6 +168,7 @@ TEST(FrontEvictionGrowFirst, AFullBinGivesUpItsOldest) {
   // Growing first, a bin of 64 MiB blocks keeps two (bin_limit_for); the budget is no limit here.
   // (Within the reserve headroom a full bin widens once: off here; pool_reserve_headroom_test.cpp.)
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   po.front_cache_bytes = std::size_t{1} << 30;
   po.front_cache_reserve_headroom = 0;
@@ -197,6 +200,7 @@ namespace {
 // that never emptied again.
 TEST(FrontEvictionRecords, ARecordReusedForASlotIsNotEvicted) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.front_cache_bytes = 4 * MiB;
   po.grow_before_reclaim = true;  // the large requests below grow, not empty the front cache first
   po.front_cache_reserve_headroom = 0;  // the 4 MiB budget binds (else what was freed since the peak may stay)

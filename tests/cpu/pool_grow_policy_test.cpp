@@ -12,6 +12,7 @@
 
 #include "size_class.hpp"
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -26,6 +27,7 @@ using gpumem::test::MiB;
 // then blocks of another class need new slabs. Returns reserved bytes after the second phase.
 std::size_t reserved_after_class_switch(bool grow_first) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = grow_first;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   std::vector<void*> held;
@@ -53,6 +55,7 @@ TEST(GrowBeforeReclaim, ReclaimsInsteadOfFailingWhenTheDeviceIsFull) {
   // 32 MiB of device. 20 MiB of small blocks come and go (their slabs stay reserved); then a
   // 24 MiB block cannot be had by growing, so the pool must give the slabs back and use them.
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   sim_pool_rig r(sim_options{.capacity_bytes = 32 * MiB, .auto_complete = true}, po);
   std::vector<void*> held;
@@ -71,6 +74,7 @@ TEST(GrowBeforeReclaim, ReclaimsInsteadOfFailingWhenTheDeviceIsFull) {
 TEST(GrowBeforeReclaim, ReclaimsAtThePoolsOwnLimit) {
   // The same with the limit set by max_reserved_bytes instead of the device.
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   po.max_reserved_bytes = 32 * MiB;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
@@ -89,6 +93,7 @@ TEST(GrowBeforeReclaim, ReclaimsAtThePoolsOwnLimit) {
 // a 4 MiB block bounds the hole. Returns the pool's stats after that.
 pool_stats after_idle_granules(bool grow_first, std::size_t capacity) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = grow_first;
   return gpumem::test::stats_after_idle_hole(sim_options{.capacity_bytes = capacity, .auto_complete = true}, po,
                                              30 * MiB, 4 * MiB, 36 * MiB);
@@ -114,6 +119,7 @@ TEST(GrowBeforeReclaim, ManyThreadsOnTheirOwnStreamsStayConsistent) {
   // Eight threads, each on its own stream, sizes across the slab range and past it; every block is
   // checked against the shadow model, and the invariants at the end.
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{8} << 30, .auto_complete = true}, po);
   constexpr int threads = 8;
@@ -173,6 +179,7 @@ std::size_t block_bytes_at(const pool& p, const void* q) {
 
 detail::pool_config grow_first(double fraction = detail::pool_config{}.front_cache_grow_fraction) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   po.front_cache_grow_fraction = fraction;
   return po;
@@ -217,7 +224,9 @@ TEST(GrowBeforeReclaim, ACachedLargeBlockServesSmallerRequestsOfItsClassAndTheCl
 }
 
 TEST(GrowBeforeReclaim, TheDefaultPolicyHandsOutLargeBlocksOfExactlyTheSizeAsked) {
-  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, detail::pool_config{});
+  detail::pool_config po;  // large blocks cached per thread (no step plan), as with several threads
+  gpumem::test::use_moving_policy(po);
+  sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30, .auto_complete = true}, po);
   void* a = r.allocate(in_class, default_alignment, stream_ref{});
   r.deallocate(a, stream_ref{});
   const std::uint64_t slow = slow_allocations(*r.p);

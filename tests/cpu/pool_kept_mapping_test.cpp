@@ -9,6 +9,7 @@
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -20,6 +21,7 @@ using gpumem::test::sim_pool_rig;
 // where each request can land is forced.
 detail::pool_config narrow_range() {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.front_cache = false;
   po.address_range_bytes = 70 * MiB;
   return po;
@@ -92,6 +94,7 @@ TEST(KeptMapping, ThePoolsEndUnmapsThemAll) {
 // unmapped: no driver call, and the next request there may take it back for free.
 TEST(KeptMapping, ARetiringPlaceBecomesAKeptMappingNotADriverUnmap) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.stream_ordered_moves = true;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);  // completes nothing until told
   const stream_ref s = r.dev->create_stream();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -18,6 +19,7 @@ using gpumem::test::sim_pool_rig;
 
 detail::pool_config options(double peak_fraction, bool own_first) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.front_cache_peak_fraction = peak_fraction;
   po.reclaim_own_first = own_first;
   return po;
@@ -86,6 +88,7 @@ TEST(FrontCachePeakFraction, LargeBlocksStayCachedUpToTheShareOfPeakAndNeverAddR
 
 TEST(FrontCachePeakFraction, ANegativeFractionIsRefusedByName) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.front_cache_peak_fraction = -1;
   try {
     gpumem::test::sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);

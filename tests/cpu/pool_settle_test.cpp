@@ -14,6 +14,7 @@
 #include "gpumem/replay.hpp"
 #include "gpumem/sim_device.hpp"
 #include "gpumem/trace.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -34,6 +35,7 @@ TEST_P(Settle, GivesCachedBlocksToTheFreeMemoryAndNothingToTheDevice) {
   const auto [virtual_memory, grow_first] = GetParam();
   sim_device dev(device(virtual_memory));
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = grow_first;
   pool p(dev.memory(), dev.streams(), po, po);
   std::vector<std::pair<void*, std::size_t>> kept, freed;
@@ -92,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(Upstreams, Settle,
 TEST(SettleStreams, MemoryFreedOnAStreamStillRunningIsNotHandedToAnother) {
   sim_device dev(device(true, false));  // the device finishes work only when told
   const stream_ref a = dev.create_stream(), b = dev.create_stream();
-  pool p(dev.memory(), dev.streams());
+  pool p(dev.memory(), dev.streams(), {}, gpumem::test::moving_policy());
   std::set<void*> a_blocks;
   std::vector<void*> held;
   for (int i = 0; i < 32; ++i) {
@@ -126,6 +128,7 @@ TEST(SettleReplay, EveryPassRepeatsTheFirstOnBertsTrace) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared trace at " << path;
   const trace t = read_trace(path);
   detail::pool_tuning tuning;
+  gpumem::test::use_moving_policy(tuning);
   tuning.grow_before_reclaim = true;
   replay_options o;
   o.passes = 3;
@@ -148,6 +151,7 @@ TEST(SettleReplay, EveryPassRepeatsTheFirstOnBertsTrace) {
 TEST(SettleReplay, GrowingFirstTheVisionExampleKeepsItsFirstPassReserve) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "vision_two_streams.csv");
   detail::pool_tuning tuning;
+  gpumem::test::use_moving_policy(tuning);
   tuning.grow_before_reclaim = true;
   replay_options o;
   o.passes = 3;

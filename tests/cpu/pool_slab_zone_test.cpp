@@ -12,6 +12,7 @@
 #include "gpumem/detail/pool_tuning.hpp"
 #include "gpumem/pool.hpp"
 #include "gpumem/sim_device.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -56,6 +57,7 @@ hole_scenario run_hole_scenario(const detail::pool_config& base) {
 
 TEST(SlabZone, GrowingFirstASlabNeverSplitsTheLargeBlocksMemory) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   const hole_scenario r = run_hole_scenario(po);
   EXPECT_FALSE(r.slot >= r.first && r.slot < r.first + 96 * MiB) << "the slab landed among the large blocks";
@@ -71,6 +73,7 @@ TEST(SlabZone, NotByDefaultNorWithAnInitialReserve) {
   }
   {
     detail::pool_config po;
+    gpumem::test::use_moving_policy(po);
     po.grow_before_reclaim = true;
     po.initial_reserve_bytes = 256 * MiB;  // mapped from the bottom of the range: slabs stay inside it
     const hole_scenario r = run_hole_scenario(po);
@@ -83,6 +86,7 @@ TEST(SlabZone, NotByDefaultNorWithAnInitialReserve) {
 TEST(SlabZone, ARequestLargerThanItsHalfIsPlacedAnywhere) {
   sim_device dev(device());
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   po.address_range_bytes = 64 * MiB;
   pool p(dev.memory(), dev.streams(), po, po);
@@ -102,6 +106,7 @@ TEST(SlabZone, AFullDeviceMovesTheSlabsIdleGranulesToALargeRequest) {
   so.capacity_bytes = 64 * MiB;
   sim_device dev(so);
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.grow_before_reclaim = true;
   po.max_handle_bytes = 2 * MiB;  // single granules: any idle one can move (pool.hpp, max_handle_bytes)
   pool p(dev.memory(), dev.streams(), po, po);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -45,6 +46,7 @@ TEST(SlowPath, ARepeatingLoopStopsRemappingAfterWarmUp) {
   // request lands on granules the last step left mapped. (Front caches are off here: which blocks
   // they happen to hold when the arena places a request varies from step to step.)
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.front_cache = false;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{64} << 30, .auto_complete = true}, po);
   const stream_ref s = r.dev->create_stream();
@@ -99,6 +101,7 @@ TEST(SlowPath, ChurnWithAnIdleBudgetAlmostNeverRemaps) {
   // Random sizes never repeat: with no spare memory every miss remaps. An idle budget lets the
   // pool keep enough mapped that, after warm-up, requests land on mapped memory.
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.idle_budget = 0.25;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, po);
   churn c(r, 300);
@@ -151,6 +154,7 @@ TEST(SlowPath, ReservedGrowsOnlyWhenNoSpareOrIdleGranuleIsLeft) {
   // block), and only the rest from the upstream. Checked at every allocation of a random sequence
   // of arena-sized requests on three streams.
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.front_cache = false;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, po);
   const stream_ref streams[] = {r.dev->create_stream(), r.dev->create_stream(), r.dev->create_stream()};
@@ -201,6 +205,7 @@ TEST(SlowPath, LazyHarvestingPeaksNoHigherThanHarvestingAtEveryFree) {
   // The lazy pool reaches no higher peak and makes far fewer driver calls.
   auto run = [](std::size_t threshold) {
     detail::pool_config po;
+    gpumem::test::use_moving_policy(po);
     po.release_threshold_bytes = threshold;
     sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{64} << 30, .auto_complete = true}, po);
     for (int round = 0; round < 4; ++round) {
@@ -227,6 +232,7 @@ TEST(SlowPath, LazyHarvestingPeaksNoHigherThanHarvestingAtEveryFree) {
 
 TEST(SlowPath, TrimGivesEverythingBackWithAnIdleBudget) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.idle_budget = 1.0;
   sim_pool_rig r(sim_options{.capacity_bytes = std::size_t{1} << 40, .auto_complete = true}, po);
   churn c(r, 100);
@@ -245,6 +251,7 @@ TEST(SlowPath, AnIdleBudgetGivesWayWhenTheDeviceIsFull) {
   // would keep it. B needs 18 granules elsewhere (C bounds A's hole); only 3 can be created, so
   // the pool must remap A's idle granules after all instead of failing.
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.idle_budget = 10.0;
   sim_pool_rig r(sim_options{.capacity_bytes = 40 * MiB}, po);
   void* a = r.allocate(30 * MiB, default_alignment, stream_ref{});
@@ -266,6 +273,7 @@ TEST(SlowPath, AnIdleBudgetGivesWayWhenTheDeviceIsFull) {
 // 1.03x peak live.
 std::size_t reserved_after_idle_scene(double ceiling) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.idle_budget = 0.1;
   po.reserve_ceiling = ceiling;
   const pool_stats st = gpumem::test::stats_after_idle_hole(
@@ -285,6 +293,7 @@ TEST(SlowPath, AReserveCeilingMovesIdleMemoryTheIdleBudgetWouldKeep) {
 TEST(SlowPath, AReserveCeilingBelowOneIsRefused) {
   sim_device dev;
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   for (double bad : {0.5, -1.0, std::nan("")}) {
     po.reserve_ceiling = bad;
     EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument) << bad;
@@ -296,6 +305,7 @@ TEST(SlowPath, AReserveCeilingBelowOneIsRefused) {
 TEST(SlowPath, NegativeIdleBudgetIsRefused) {
   sim_device dev;
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.idle_budget = -0.5;
   EXPECT_THROW(pool(dev.memory(), dev.streams(), po, po), std::invalid_argument);
   po.idle_budget = std::nan("");

@@ -14,6 +14,7 @@
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -23,6 +24,7 @@ using gpumem::test::sim_pool_rig;
 
 sim_pool_rig lagging_rig(bool moves, std::size_t max_reserved = SIZE_MAX) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.stream_ordered_moves = moves;
   po.max_reserved_bytes = max_reserved;
   return sim_pool_rig(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
@@ -194,6 +196,7 @@ TEST(StreamOrderedMoves, TheModelCatchesMemoryHandedOutWhileInUseAtItsOtherPlace
 double fragmentation_of_varlen(std::size_t lag, bool moves, std::uint64_t* moved = nullptr) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
   detail::pool_tuning tuning;
+  gpumem::test::use_moving_policy(tuning);
   tuning.stream_ordered_moves = moves;
   replay_options o;
   o.device_lag_ops = lag;

@@ -10,6 +10,7 @@
 #include "gpumem/replay.hpp"
 #include "gpumem/trace.hpp"
 #include "support/pool_model.hpp"
+#include "support/moving_policy.hpp"
 
 namespace {
 
@@ -22,6 +23,7 @@ using gpumem::test::sim_pool_rig;
 // (pool_stream_ordered_moves_test.cpp), and the wait would not be reached.
 sim_pool_rig lagging_rig(bool wait) {
   detail::pool_config po;
+  gpumem::test::use_moving_policy(po);
   po.wait_before_grow = wait;
   po.stream_ordered_moves = false;
   return sim_pool_rig(sim_options{.capacity_bytes = std::size_t{1} << 30}, po);
@@ -73,6 +75,7 @@ TEST(WaitBeforeGrow, NothingPendingMeansNoWaitAndGrowthAsBefore) {
 double fragmentation_of_varlen(std::size_t lag, bool wait) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
   detail::pool_tuning tuning;
+  gpumem::test::use_moving_policy(tuning);
   tuning.wait_before_grow = wait;
   tuning.stream_ordered_moves = false;
   replay_options o;
