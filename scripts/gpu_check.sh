@@ -212,9 +212,9 @@ fi
 # The sanitizers after the benchmarks: what is left of --budget goes to them.
 if [[ -z $no_gpu && -z ${SKIP_SANITIZERS:-} ]]; then
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  step "compute-sanitizer memcheck" "$out/memcheck.log" 150 env GPUMEM_STRESS_BLOCKS="${MEMCHECK_BLOCKS:-20000}" \
+  step "compute-sanitizer memcheck" "$out/memcheck.log" 150 env GPUMEM_STRESS_BLOCKS="${MEMCHECK_BLOCKS:-20000}" GPUMEM_GRAPH_REPLAYS=1000 \
     "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 "$tests" \
-    --gtest_filter="${MEMCHECK_FILTER:-IntegrityStress.VmmUpstream*:PoolOnGpu/2.*:CudaOrdering.*}"
+    --gtest_filter="${MEMCHECK_FILTER:-IntegrityStress.VmmUpstream*:PoolOnGpu/2.*:CudaOrdering.*:*GraphCapture*:DevicePoolsGpu.*}"
   step "compute-sanitizer racecheck" "$out/racecheck.log" 150 env GPUMEM_STRESS_BLOCKS="${RACECHECK_BLOCKS:-2000}" \
     "$sanitizer" --tool racecheck --error-exitcode 3 "$tests" \
     --gtest_filter="${RACECHECK_FILTER:-IntegrityStress.VmmUpstream*:PoolOnGpu/2.*}"

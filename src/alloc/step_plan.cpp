@@ -12,6 +12,10 @@ namespace gpumem::detail {
 
 void step_plan::restart() {
   if (phase_ == phase::laid_out) phase_ = phase::recording, entries_.clear();
+  forget_recording();
+}
+
+void step_plan::forget_recording() {
   rec_.clear();
   rec_live_.clear();
   matched_ = 0;
@@ -199,12 +203,7 @@ void step_plan::install(std::uintptr_t base) {
   extent_ = extent_planned();
   next_ = static_cast<std::uint32_t>(install_at_);
   round_misses_ = streak_ = 0;
-  rec_.clear();
-  rec_live_.clear();
-  matched_ = 0;
-  boundary_ = none;
-  pending_ = 0;
-  since_boundary_ = 0;
+  forget_recording();
   phase_ = phase::following;
   ++plans_;
 }

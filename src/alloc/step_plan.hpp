@@ -128,6 +128,7 @@ class step_plan {
     return x.size == y.size && x.align_log2 == y.align_log2 && x.stream == y.stream;
   }
   void step_found(std::size_t boundary);
+  void forget_recording();
   void miss();
 
   phase phase_ = phase::recording;

@@ -60,6 +60,17 @@ void record_step(step_plan& plan, const std::vector<long>& ops, std::uintptr_t& 
   }
 }
 
+// `step` recorded twice, laid out and installed at once (the region at 2^40).
+void follow_two_steps_of(step_plan& plan, const std::vector<long>& step) {
+  std::uintptr_t bump = 1 << 30;
+  record_step(plan, step, bump);
+  record_step(plan, step, bump);
+  ASSERT_TRUE(plan.step_ready());
+  std::size_t peak = 0;
+  ASSERT_GT(plan.lay_out(peak), 0u);
+  plan.install(std::uintptr_t{1} << 40);
+}
+
 TEST(StepPlan, FindsTheStepLaysItOutAndFollowsIt) {
   step_plan plan;
   const auto step = training_step(24);
@@ -117,14 +128,7 @@ TEST(StepPlan, FindsTheStepLaysItOutAndFollowsIt) {
 
 TEST(StepPlan, ATakenPlaceIsAMissAndAPlanThatKeepsMissingDrains) {
   step_plan plan;
-  const auto step = training_step(24);
-  std::uintptr_t bump = 1 << 30;
-  record_step(plan, step, bump);
-  record_step(plan, step, bump);
-  ASSERT_TRUE(plan.step_ready());
-  std::size_t peak = 0;
-  ASSERT_GT(plan.lay_out(peak), 0u);
-  plan.install(std::uintptr_t{1} << 40);
+  ASSERT_NO_FATAL_FAILURE(follow_two_steps_of(plan, training_step(24)));
   // The plan expects step request match_len (the next round's earlier ones went to the arena).
   // A block it places stays live; asking again for the requests that follow eventually wants its
   // place (the step reuses memory), which is then a miss, never an overlap.
@@ -149,14 +153,7 @@ TEST(StepPlan, ATakenPlaceIsAMissAndAPlanThatKeepsMissingDrains) {
 
 TEST(StepPlan, ABlockFreedOnAnotherStreamKeepsItsPlaceUntilTheRegionGoesBack) {
   step_plan plan;
-  const auto step = training_step(24);
-  std::uintptr_t bump = 1 << 30;
-  record_step(plan, step, bump);
-  record_step(plan, step, bump);
-  ASSERT_TRUE(plan.step_ready());
-  std::size_t peak = 0;
-  ASSERT_GT(plan.lay_out(peak), 0u);
-  plan.install(std::uintptr_t{1} << 40);
+  ASSERT_NO_FATAL_FAILURE(follow_two_steps_of(plan, training_step(24)));
   const std::uintptr_t a = plan.place(2 * MiB, 256, stream_ref{});  // request 16: layer 8's activation
   ASSERT_NE(a, 0u);
   EXPECT_TRUE(plan.release(a, stream_ref{7})) << "the only block: the plan drains at once";
