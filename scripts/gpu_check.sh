@@ -172,7 +172,7 @@ peer_args=()
 if [[ -z ${SKIP_BENCH:-} && -n $torch_dir && -d $torch_dir/include ]]; then
   cuda=${CUDA_HOME:-/usr/local/cuda}
   step "build the PyTorch peer" "$out/torch_peer_build.log" 120 g++ -std=c++20 -O2 -DNDEBUG \
-    -D_GLIBCXX_USE_CXX11_ABI=1 -fPIC -shared -I"$root/include" -isystem "$torch_dir/include" \
+    -D_GLIBCXX_USE_CXX11_ABI=1 -fPIC -shared -I"$root/include" -I"$root/src/cli" -isystem "$torch_dir/include" \
     -isystem "$torch_dir/include/torch/csrc/api/include" -isystem "$cuda/include" \
     "$root/bench/torch/torch_peer.cpp" -L"$torch_dir/lib" -lc10_cuda -lc10 -Wl,-rpath,"$torch_dir/lib" \
     "$cuda/lib64/libcudart_static.a" -ldl -lrt -lpthread -o "$out/libgpumem_torch_peer.so"
