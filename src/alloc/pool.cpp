@@ -126,7 +126,7 @@ void pool::impl::orphan(detail::front_cache* fc) {
 void pool::impl::start_sharing() {
   std::size_t live = 0;
   detail::all_fronts_locked held(fronts);
-  stop_planning();
+  share_planning();
   for (auto& f : fronts) {
     live += f->live_bytes;
     raise_peak(f->peak_live);
@@ -302,8 +302,9 @@ void* pool::impl::allocate_general(std::size_t bytes, std::size_t alignment, str
     std::uint32_t i = fc.pop(sb, b, size, alignment);
     if (i == detail::front_cache::none) {
       if (!small && p.plan_direct) {
-        // The step plan's place for it, if it has one (a plan's block is marked by its slot).
-        if (const std::uintptr_t a = p.plan.place(size, alignment, s))
+        // The step plan's place for it, if it has one (a plan's block is marked by its slot). With
+        // several threads the plan is the pool lock's: allocate_slow asks it.
+        if (const std::uintptr_t a = p.plan_shared ? 0 : p.plan.place(size, alignment, s))
           i = fc.adopt({a, size, nullptr, {0}, {}, 1, static_cast<std::uint16_t>(b), 8, detail::rec_cached});
       } else {
         i = p.front_miss(fc, sb, b, size, alignment, small);
@@ -360,7 +361,7 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
     // and this request placed by it if it can be.
     detail::front_guard flock(fc.lock, true);
     return_plan_region_if_drained();
-    if (plan.install_due() && install_plan(fc)) a = plan.place(size, alignment, s);
+    if ((plan.install_due() && install_plan(fc)) || plan_shared) a = plan.place(size, alignment, s);
   }
   const bool planned = a != 0;
   if (!planned) {

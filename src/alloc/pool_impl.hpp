@@ -102,13 +102,15 @@ struct pool::impl {
   std::vector<std::unique_ptr<detail::front_cache>> fronts;
   std::vector<detail::front_cache*> orphans;  // fronts of ended threads, for the next new one
   std::unordered_map<std::uintptr_t, std::vector<stream_ref>> used_on;  // record_use, under m
-  // The step plan (step_plan.hpp). While a single thread uses the pool, large blocks skip the
-  // front caches (plan_direct): each one is placed by the plan or the arena and recorded, and each
-  // free goes back at once. The plan's state is touched under its owner's front-cache lock (the
-  // owner's own calls) or under m with that lock taken as well (everyone else's).
+  // The step plan (step_plan.hpp). Large blocks skip the front caches (plan_direct): each one is
+  // placed by the plan or the arena and recorded, and each free goes back at once. While a single
+  // thread uses the pool the plan's state is touched under that thread's front-cache lock (its own
+  // calls) or under m with that lock taken as well (anyone else's); once several threads do
+  // (plan_shared: PyTorch's backward pass runs on a thread of its own), under m only.
   detail::step_plan plan;
   detail::front_cache* plan_owner = nullptr;
   bool plan_direct = false;      // written under m with every front cache's lock held
+  bool plan_shared = false;      // likewise
   std::size_t plan_skip = 0;     // large requests not recorded, after a plan that did not fit
   std::uint64_t plan_moves_mark = 0;  // the arena's maps + unmaps when the plan was laid out
   bool plan_settled = false;     // a step went by without moves: large blocks cached, no recording
@@ -151,8 +153,8 @@ struct pool::impl {
   // Under m, with the owner's lock held or no other thread: the region back to the arena if the
   // plan has drained.
   void return_plan_region_if_drained();
-  // Under m, every front cache's lock held: a second thread came; the plan drains and stops.
-  void stop_planning();
+  // Under m, every front cache's lock held: a second thread came; the plan goes on under m.
+  void share_planning();
   // Under m, owner `fc` calling: a job that had settled without a plan moves memory again, so
   // recording starts over (with fc's cached large blocks given back, so every one is seen).
   void rearm_plan_if_moving(detail::front_cache& fc);

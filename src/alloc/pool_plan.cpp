@@ -20,6 +20,14 @@ void pool::impl::free_direct(detail::front_cache& fc, std::uint32_t i, std::size
   fc.live_bytes -= bytes;
   account(fc, -static_cast<std::ptrdiff_t>(bytes));
   fc.forget(i);
+  if (planned && plan_shared) {
+    fc.lock.owner_unlock();
+    std::lock_guard lock(m);
+    if (plan.release(a, s)) return_plan_region_if_drained();
+    ++st.deallocations;
+    note_reserved();
+    return;
+  }
   if (planned) {
     // Its place is free again for the plan's next block on this stream: no lock but the owner's.
     const bool drained = plan.release(a, s);
@@ -128,16 +136,11 @@ void pool::impl::return_plan_region_if_drained() {
   arena.deallocate(plan.region(), plan.stream(), plan.other_streams());
   plan.region_returned();
   plan_owner = nullptr;
-  if (front_count.load(std::memory_order_relaxed) > 1) plan_direct = false;
 }
 
-void pool::impl::stop_planning() {
-  plan_settled = false;
-  plan.drop();
-  if (!plan.region()) plan_direct = false;
-  // (With planned blocks still live, they are freed as before and the region goes back with the
-  // last; plan_direct stays until then, and no step is recorded again.)
-  plan_skip = SIZE_MAX;
+void pool::impl::share_planning() {
+  // From now on every touch of the plan is under m (allocate_slow places, free_direct releases).
+  plan_shared = true;
 }
 
 }  // namespace gpumem

@@ -131,7 +131,7 @@ bool pool::impl::give_back_large(detail::front_cache& f, std::optional<stream_re
 // A job that had settled without a step plan (pool_plan.cpp) moves memory again: recording
 // starts over, with the caller's cached large blocks given back so that every one is seen.
 void pool::impl::rearm_plan_if_moving(detail::front_cache& fc) {
-  if (arena.maps() + arena.unmaps() == plan_moves_mark || front_count.load(std::memory_order_relaxed) > 1) return;
+  if (arena.maps() + arena.unmaps() == plan_moves_mark) return;
   give_back_large(fc);
   plan_settled = false;
   plan_direct = true;
