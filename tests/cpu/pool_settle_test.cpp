@@ -120,6 +120,13 @@ TEST(SettleStreams, MemoryFreedOnAStreamStillRunningIsNotHandedToAnother) {
   p.check_invariants();
 }
 
+// Growing first, under the arena's moving policy: what settle is for.
+detail::pool_tuning growing_first() {
+  detail::pool_tuning t = gpumem::test::moving_policy();
+  t.grow_before_reclaim = true;
+  return t;
+}
+
 // The trace whose second pass grows without it: bert's, growing first, maps granules in its second
 // pass that its first did not need. Settling between passes, every pass lands where the
 // first did: not one granule mapped after it, and the first pass's reserve throughout.
@@ -127,9 +134,7 @@ TEST(SettleReplay, EveryPassRepeatsTheFirstOnBertsTrace) {
   const std::filesystem::path path = std::filesystem::path(GPUMEM_SHARED_TRACES) / "bert_infer_varlen.csv.gz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared trace at " << path;
   const trace t = read_trace(path);
-  detail::pool_tuning tuning;
-  gpumem::test::use_moving_policy(tuning);
-  tuning.grow_before_reclaim = true;
+  const detail::pool_tuning tuning = growing_first();
   replay_options o;
   o.passes = 3;
   o.tuning = &tuning;
@@ -150,9 +155,7 @@ TEST(SettleReplay, EveryPassRepeatsTheFirstOnBertsTrace) {
 // growing first): without settle the reserve grows after the first pass; with it, not at all.
 TEST(SettleReplay, GrowingFirstTheVisionExampleKeepsItsFirstPassReserve) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "vision_two_streams.csv");
-  detail::pool_tuning tuning;
-  gpumem::test::use_moving_policy(tuning);
-  tuning.grow_before_reclaim = true;
+  const detail::pool_tuning tuning = growing_first();
   replay_options o;
   o.passes = 3;
   o.tuning = &tuning;
