@@ -135,38 +135,6 @@ void pool::impl::start_sharing() {
   shared_live.store(static_cast<std::ptrdiff_t>(live), std::memory_order_relaxed);
 }
 
-// Under m: a block no caller holds goes back to the slab cache or the arena, freed on `s`.
-void pool::impl::give_back(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
-  std::vector<stream_ref> also;
-  if (e.used_elsewhere) {
-    if (auto u = used_on.find(a); u != used_on.end()) {
-      also = std::move(u->second);
-      used_on.erase(u);
-    }
-  }
-  if (opts.zero_on_free && !also.empty()) {
-    // The other streams may still read the block: the zeroing on `s` waits for them.
-    for (stream_ref other : also) {
-      const event_ref ev = ord.record(other);
-      ord.stream_wait(s, ev);
-      ord.release(ev);
-    }
-    zero(a, e, s);
-  }
-  if (e.sl)
-    slabs.deallocate(e.sl, a, s, also);
-  else if (plan.region() && plan.in_region(a))
-    plan_give_back(a, s, also);
-  else
-    arena.deallocate(a, s, also);
-}
-
-// Zero-on-free: the block is cleared on the freeing stream before anyone else can get it (the
-// events that let other streams reuse it are recorded after this).
-void pool::impl::zero(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
-  up.zero(reinterpret_cast<void*>(a), e.block_bytes, s);
-}
-
 // Under m: blocks make_room took out of a front cache go back to the arena, freed on stream `s`.
 void pool::impl::give_back_evicted(const evicted_blocks& ev, stream_ref s) {
   for (std::uint32_t k = 0; k < ev.n; ++k) {

@@ -8,6 +8,32 @@
 
 namespace gpumem {
 
+// Under m: a block no caller holds goes back to the slab cache or the arena, freed on `s`.
+void pool::impl::give_back(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
+  std::vector<stream_ref> also;
+  if (e.used_elsewhere) {
+    if (auto u = used_on.find(a); u != used_on.end()) {
+      also = std::move(u->second);
+      used_on.erase(u);
+    }
+  }
+  if (opts.zero_on_free && !also.empty()) {
+    // The other streams may still read the block: the zeroing on `s` waits for them.
+    for (stream_ref other : also) {
+      const event_ref ev = ord.record(other);
+      ord.stream_wait(s, ev);
+      ord.release(ev);
+    }
+    zero(a, e, s);
+  }
+  if (e.sl)
+    slabs.deallocate(e.sl, a, s, also);
+  else if (plan.region() && plan.in_region(a))
+    plan_give_back(a, s, also);
+  else
+    arena.deallocate(a, s, also);
+}
+
 // Under m: every front cache's bins go back, each block as freed on its bin's stream.
 void pool::impl::flush_fronts() {
   detail::all_fronts_locked held(fronts);

@@ -108,7 +108,6 @@ struct pool::impl {
   // calls) or under m with that lock taken as well (anyone else's); once several threads do
   // (plan_shared: PyTorch's backward pass runs on a thread of its own), under m only.
   detail::step_plan plan;
-  detail::front_cache* plan_owner = nullptr;
   bool plan_direct = false;      // written under m with every front cache's lock held
   bool plan_shared = false;      // likewise
   std::size_t plan_skip = 0;     // large requests not recorded, after a plan that did not fit
@@ -148,6 +147,10 @@ struct pool::impl {
   // Under m, owner `fc`'s lock held: the laid-out plan takes its region from the arena and starts
   // following. False if the arena could not give it (the plan is dropped).
   bool install_plan(detail::front_cache& fc);
+  // The most a plan's region may be over its step's peak: the reserve ceiling.
+  double plan_bound() const;
+  // Under m: the laid-out plan does not fit; recording resumes after a back-off.
+  void reject_plan();
   // Under m, `a` inside the plan's region: a planned block freed by a caller other than its owner.
   void plan_give_back(std::uintptr_t a, stream_ref s, const std::vector<stream_ref>& also);
   // Under m, with the owner's lock held or no other thread: the region back to the arena if the
@@ -159,7 +162,11 @@ struct pool::impl {
   // recording starts over (with fc's cached large blocks given back, so every one is seen).
   void rearm_plan_if_moving(detail::front_cache& fc);
 
-  inline void zero(std::uintptr_t a, const detail::live_entry& e, stream_ref s);
+  // Zero-on-free: the block is cleared on the freeing stream before anyone else can get it (the
+  // events that let other streams reuse it are recorded after this).
+  void zero(std::uintptr_t a, const detail::live_entry& e, stream_ref s) {
+    up.zero(reinterpret_cast<void*>(a), e.block_bytes, s);
+  }
   struct evicted_blocks;
   inline void give_back_evicted(const evicted_blocks& ev, stream_ref s);
   // `publish_due`: what account_quietly said of this free (publish(fc) not yet called).

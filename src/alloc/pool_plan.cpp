@@ -54,6 +54,16 @@ void pool::impl::free_direct(detail::front_cache& fc, std::uint32_t i, std::size
   note_reserved();
 }
 
+double pool::impl::plan_bound() const {
+  return opts.reserve_ceiling > 0 ? opts.reserve_ceiling : default_plan_ceiling;
+}
+
+void pool::impl::reject_plan() {
+  // Look again after a while, less often each time.
+  plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
+  plan.drop();
+}
+
 void pool::impl::plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t alignment, stream_ref s) {
   if (plan.state() == detail::step_plan::phase::laid_out) return plan.count_alloc();
   if (plan.state() != detail::step_plan::phase::recording) return;
@@ -65,14 +75,10 @@ void pool::impl::plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t 
   if (!plan.step_ready()) return;
   std::size_t peak = 0;
   const std::size_t bytes = plan.lay_out(peak);
-  const double bound = opts.reserve_ceiling > 0 ? opts.reserve_ceiling : default_plan_ceiling;
-  if (!bytes || static_cast<double>(bytes) > bound * static_cast<double>(peak)) {
+  if (!bytes || static_cast<double>(bytes) > plan_bound() * static_cast<double>(peak)) {
     // The step's layout is not within the ceiling (its shapes vary too much to sit still without
-    // more memory): the arena goes on moving memory. Look again after a while, less often each
-    // time.
-    plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
-    plan.drop();
-    return;
+    // more memory): the arena goes on moving memory.
+    return reject_plan();
   }
   plan_moves_mark = arena.maps() + arena.unmaps();
 }
@@ -98,11 +104,9 @@ bool pool::impl::install_plan(detail::front_cache& fc) {
   const std::size_t bytes = align_up(plan.extent_planned(), granule);
   // Reserved after: the region beside the granules live blocks hold (slabs, blocks of the step in
   // progress). Over the ceiling, the plan would buy its stillness with memory: the arena goes on.
-  const double bound = opts.reserve_ceiling > 0 ? opts.reserve_ceiling : default_plan_ceiling;
   const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
-  if (static_cast<double>(bytes + arena.live_granule_bytes()) > bound * static_cast<double>(peak)) {
-    plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
-    plan.drop();
+  if (static_cast<double>(bytes + arena.live_granule_bytes()) > plan_bound() * static_cast<double>(peak)) {
+    reject_plan();
     return false;
   }
   if (opts.reserve_ceiling > 0) arena.set_reserve_ceiling(ceiling_for(fc, bytes));
@@ -115,12 +119,10 @@ bool pool::impl::install_plan(detail::front_cache& fc) {
     region = arena.allocate(bytes, granule, plan.stream(), true);
   }
   if (!region) {
-    plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
-    plan.drop();
+    reject_plan();
     return false;
   }
   plan.install(region);
-  plan_owner = &fc;
   plan_rejections = 0;
   note_reserved();
   return true;
@@ -135,7 +137,6 @@ void pool::impl::return_plan_region_if_drained() {
   if (!plan.region() || !plan.drained()) return;
   arena.deallocate(plan.region(), plan.stream(), plan.other_streams());
   plan.region_returned();
-  plan_owner = nullptr;
 }
 
 void pool::impl::share_planning() {

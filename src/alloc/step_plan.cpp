@@ -30,7 +30,7 @@ void step_plan::record_alloc(std::uintptr_t a, std::size_t size, std::size_t ali
   if (boundary_ != none) {
     // The next step has begun; its requests are only counted, to know where following starts.
     ++since_boundary_;
-    if (tick_ - boundary_tick_ > boundary_tick_) pending_ = 0;  // waited a whole step: live for good
+    stop_waiting_after_a_step();
     return;
   }
   if (rec_.size() >= max_recorded) restart();
@@ -66,6 +66,11 @@ void step_plan::step_found(std::size_t boundary) {
   for (std::size_t i = 0; i < boundary; ++i) pending_ += rec_[i].end == UINT64_MAX;
 }
 
+// Blocks of the step still live a whole step after its end are taken as live for good.
+void step_plan::stop_waiting_after_a_step() noexcept {
+  if (tick_ - boundary_tick_ > boundary_tick_) pending_ = 0;
+}
+
 void step_plan::record_free(std::uintptr_t a) {
   if (phase_ != phase::recording) return;
   auto it = rec_live_.find(a);
@@ -75,7 +80,7 @@ void step_plan::record_free(std::uintptr_t a) {
   r.end = tick_;
   if (boundary_ != none && it->second < boundary_ && pending_) --pending_;
   rec_live_.erase(it);
-  if (boundary_ != none && tick_ - boundary_tick_ > boundary_tick_) pending_ = 0;
+  if (boundary_ != none) stop_waiting_after_a_step();
 }
 
 namespace {
@@ -272,9 +277,7 @@ void step_plan::drop() {
   if (phase_ == phase::following) {
     phase_ = phase::draining;
   } else if (phase_ == phase::recording || phase_ == phase::laid_out) {
-    phase_ = phase::recording;
-    entries_.clear();
-    restart();
+    restart();  // (a laid-out plan goes back to recording there)
   }
 }
 

@@ -129,6 +129,7 @@ class step_plan {
   }
   void step_found(std::size_t boundary);
   void forget_recording();
+  void stop_waiting_after_a_step() noexcept;
   void miss();
 
   phase phase_ = phase::recording;
