@@ -28,6 +28,17 @@ namespace {
   throw std::invalid_argument("gpumem ipc: export_block: " + why);
 }
 
+// What every handle says: its kind, the exporter, and the block's size and offset in what it names.
+ipc_handle handle_of(ipc_kind kind, int device, std::uint64_t bytes, std::uint64_t offset) {
+  ipc_handle out;
+  out.kind = kind;
+  out.device = device;
+  out.exporter_pid = static_cast<std::uint32_t>(::getpid());
+  out.bytes = bytes;
+  out.offset = offset;
+  return out;
+}
+
 // A handle taken with cuMemRetainAllocationHandle, released when done.
 struct retained {
   CUmemGenericAllocationHandle h = 0;
@@ -71,12 +82,7 @@ ipc_handle export_vmm(const vmm_upstream& up, const void* p, std::size_t bytes) 
   }
   const std::uintptr_t mapping = run + (first - run) / s0 * s0;
 
-  ipc_handle out;
-  out.kind = ipc_kind::vmm;
-  out.device = up.device();
-  out.exporter_pid = static_cast<std::uint32_t>(::getpid());
-  out.bytes = bytes;
-  out.offset = begin - mapping;
+  ipc_handle out = handle_of(ipc_kind::vmm, up.device(), bytes, begin - mapping);
   for (std::uintptr_t a = mapping; a < end;) {
     retained r;
     if (!r.at(a))
@@ -114,12 +120,7 @@ ipc_handle export_segment(const device_upstream& up, const void* p, std::size_t 
   cudaIpcMemHandle_t h{};
   static_assert(sizeof(h) == sizeof(ipc_handle::runtime));
   GPUMEM_CUDA_CHECK(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)));
-  ipc_handle out;
-  out.kind = ipc_kind::runtime;
-  out.device = up.device();
-  out.exporter_pid = static_cast<std::uint32_t>(::getpid());
-  out.bytes = bytes;
-  out.offset = begin - base;
+  ipc_handle out = handle_of(ipc_kind::runtime, up.device(), bytes, begin - base);
   out.runtime_bytes = size;
   out.segment_address = base;
   std::memcpy(out.runtime.data(), &h, sizeof(h));
