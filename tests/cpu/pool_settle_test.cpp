@@ -120,11 +120,17 @@ TEST(SettleStreams, MemoryFreedOnAStreamStillRunningIsNotHandedToAnother) {
   p.check_invariants();
 }
 
-// Growing first, under the arena's moving policy: what settle is for.
-detail::pool_tuning growing_first() {
-  detail::pool_tuning t = gpumem::test::moving_policy();
-  t.grow_before_reclaim = true;
-  return t;
+// Three passes of `t`, growing first under the arena's moving policy (what settle is for):
+// without settle between them, then with it.
+std::pair<replay_result, replay_result> replayed_without_and_with_settle(const trace& t) {
+  detail::pool_tuning tuning = gpumem::test::moving_policy();
+  tuning.grow_before_reclaim = true;
+  replay_options o;
+  o.passes = 3;
+  o.tuning = &tuning;
+  replay_result plain = replay(t, o);
+  o.settle_between_passes = true;
+  return {std::move(plain), replay(t, o)};
 }
 
 // The trace whose second pass grows without it: bert's, growing first, maps granules in its second
@@ -134,13 +140,7 @@ TEST(SettleReplay, EveryPassRepeatsTheFirstOnBertsTrace) {
   const std::filesystem::path path = std::filesystem::path(GPUMEM_SHARED_TRACES) / "bert_infer_varlen.csv.gz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared trace at " << path;
   const trace t = read_trace(path);
-  const detail::pool_tuning tuning = growing_first();
-  replay_options o;
-  o.passes = 3;
-  o.tuning = &tuning;
-  const replay_result plain = replay(t, o);
-  o.settle_between_passes = true;
-  const replay_result settled = replay(t, o);
+  const auto [plain, settled] = replayed_without_and_with_settle(t);
   ASSERT_EQ(plain.pass_log.size(), 3u);
   ASSERT_EQ(settled.pass_log.size(), 3u);
   EXPECT_GT(plain.pass_log[1].driver_granules, plain.pass_log[0].driver_granules) << "the case settle is for";
@@ -155,13 +155,7 @@ TEST(SettleReplay, EveryPassRepeatsTheFirstOnBertsTrace) {
 // growing first): without settle the reserve grows after the first pass; with it, not at all.
 TEST(SettleReplay, GrowingFirstTheVisionExampleKeepsItsFirstPassReserve) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "vision_two_streams.csv");
-  const detail::pool_tuning tuning = growing_first();
-  replay_options o;
-  o.passes = 3;
-  o.tuning = &tuning;
-  const replay_result plain = replay(t, o);
-  o.settle_between_passes = true;
-  const replay_result settled = replay(t, o);
+  const auto [plain, settled] = replayed_without_and_with_settle(t);
   EXPECT_GT(plain.soak_growth, 0.0) << "the case settle is for";
   EXPECT_EQ(settled.soak_growth, 0.0);
   EXPECT_EQ(settled.failed_allocs, 0u);
