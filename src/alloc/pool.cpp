@@ -318,9 +318,10 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
   detail::slab* sl = nullptr;
   std::lock_guard lock(m);
   // Slabs the front caches' batches emptied go back to the arena first, where this request (or
-  // the new slab it may need) can use them without the pool flushing every front cache.
-  // (With grow_before_reclaim they stay: the pool keeps what it has and grows when it must.)
-  if (!opts.grow_before_reclaim) slabs.release_emptied();
+  // the new slab it may need) can use them without the pool flushing every front cache. With
+  // several threads (or grow_before_reclaim) they stay listed for their stream until a reclaim:
+  // a class whose live count swings would otherwise give its slab back and carve it again.
+  if (!opts.grow_before_reclaim && fronts.size() <= 1) slabs.release_emptied();
   std::string why;
   std::uintptr_t a = 0;
   const bool planning = plan_direct && !small;

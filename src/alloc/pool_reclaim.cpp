@@ -162,6 +162,12 @@ std::uintptr_t pool::impl::take(std::size_t bytes, std::size_t alignment, stream
     if (!a && !small && fronts.size() > 1) a = take_back_others(own, size, s, attempt);
     if (!a) a = attempt(true);
   }
+  // With several threads, a stream that needs a new slab takes it before any cache is emptied:
+  // each stream's slabs settle at what its own requests need, and then no small request takes
+  // the pool's lock. Emptying every thread's cache instead freed slabs that their streams carved
+  // again at once, through this lock, and each such slab, freed on one stream and carved on
+  // another, costs an event on a GPU. Large requests still reclaim first: they are the memory.
+  if (!a && small && fronts.size() > 1) a = attempt(true);
   if (!a) a = reclaim(own, attempt);
   if (!a) {
     release_all_cached();  // last resort

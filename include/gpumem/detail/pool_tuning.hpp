@@ -46,7 +46,8 @@ struct pool_tuning {
   // empty slabs, so caching never makes the pool grow, and grows only if that was not enough;
   // true grows first, and empties caches, gives back empty slabs and remaps idle granules only
   // when growing fails. With many threads the tight way is slow: any thread's miss empties every
-  // thread's cache under the pool's lock. Growing first, a large request may also take a cached
+  // thread's cache under the pool's lock (small requests with several threads take a new slab
+  // first: pool_reclaim.cpp). Growing first, a large request may also take a cached
   // block somewhat larger than itself, front caches keep large blocks up to
   // front_cache_grow_fraction of live, and on a virtual upstream without initial_reserve_bytes
   // slabs come from a half of the address range of their own (the slab zone).
