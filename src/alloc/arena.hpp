@@ -176,6 +176,7 @@ class arena {
   std::uint64_t map_calls() const noexcept { return map_calls_; }  // upstream calls (runs)
   std::uint64_t unmap_calls() const noexcept { return unmap_calls_; }
   bool is_virtual() const noexcept { return virtual_; }
+  std::size_t granule_bytes() const noexcept { return granule_; }
   // remap_time_budget: host time charged for moving granules (ns), and the moves it turned down
   // (a request that then grew, or took what the budget's last resort gave).
   std::uint64_t remap_ns() const noexcept { return remap_charged_ns_; }

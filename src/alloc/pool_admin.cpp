@@ -51,7 +51,7 @@ pool::impl::impl(upstream& u, ordering& o, const detail::pool_config& op)
                                   handle_bytes_for(op), op.wait_before_grow, op.remap_time_budget,
                                   op.remap_cost_ns_per_granule, op.remap_clock_ns, op.stream_ordered_moves,
                                   slab_zone_for(op)}),
-      slabs(arena, clock, small_max) {
+      slabs(arena, clock, small_max, op.step_plan) {
   detail::check_pool_tuning(op);
   if (op.zero_on_free && !u.can_zero())
     throw std::invalid_argument(fmt::format(

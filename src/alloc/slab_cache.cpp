@@ -7,8 +7,8 @@
 
 namespace gpumem::detail {
 
-slab_cache::slab_cache(arena& a, stream_clock& clock, std::size_t small_max)
-    : arena_(a), clock_(clock), small_max_(small_max) {}
+slab_cache::slab_cache(arena& a, stream_clock& clock, std::size_t small_max, bool granule_aligned)
+    : arena_(a), clock_(clock), small_max_(small_max), granule_aligned_(granule_aligned && a.is_virtual()) {}
 
 slab_cache::~slab_cache() = default;  // the arena gives every block back with its ranges
 
@@ -48,7 +48,8 @@ std::uintptr_t slab_cache::allocate(std::size_t cls, stream_ref s, bool may_grow
   if (got) return got;
   const std::size_t slot = size_class_bytes(cls);
   const std::size_t bytes = slab_bytes_for(slot);
-  std::uintptr_t base = arena_.allocate(bytes, class_unit, s, may_grow, nullptr, true, /*slab=*/true);
+  const std::size_t align = granule_aligned_ && bytes == arena_.granule_bytes() ? bytes : class_unit;
+  std::uintptr_t base = arena_.allocate(bytes, align, s, may_grow, nullptr, true, /*slab=*/true);
   if (!base) return 0;
   auto owned = std::make_unique<slab>();
   slab* sl = owned.get();

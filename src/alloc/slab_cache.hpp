@@ -88,7 +88,12 @@ struct slab_shard {
 
 class slab_cache {
  public:
-  slab_cache(arena& a, stream_clock& clock, std::size_t small_max);
+  // `granule_aligned` (virtual memory, with the step plan): a slab of a granule's size is aligned
+  // to one. Carved at any 256 B it straddles two granules, and once a plan's region has gathered
+  // the large blocks around it, it pins both: that kept plans out of the reserve ceiling. Without
+  // a plan its neighbours keep those granules mapped anyway, and an aligned slab's own granule,
+  // idle whenever the slab empties, is one more to move.
+  slab_cache(arena& a, stream_clock& clock, std::size_t small_max, bool granule_aligned);
   ~slab_cache();
   std::size_t small_max() const noexcept { return small_max_; }
 
@@ -175,6 +180,7 @@ class slab_cache {
   arena& arena_;
   stream_clock& clock_;
   std::size_t small_max_;
+  bool granule_aligned_;
   std::unordered_map<std::uintptr_t, std::unique_ptr<slab>> slabs_;  // by base
   std::unordered_map<stream_ref, std::unique_ptr<slab_shard>> shards_;  // never erased
   std::vector<waiting_slot> waiting_;

@@ -15,7 +15,8 @@
 //
 // The plan is advice, never trusted for safety: a block is placed only where no planned block is
 // live now (the live set below), so a request out of order, a block freed late, or a step that
-// changed shape falls back to the arena. When more than a quarter of a step's requests miss, the
+// changed shape misses: it takes the lowest place in the region no planned block holds now, or
+// the arena's where none fits. When more than a quarter of a step's requests miss, the
 // plan is dropped: blocks placed in it stay until freed, and the region goes back to the arena
 // when the last one does (draining); recording starts again.
 //
@@ -131,6 +132,9 @@ class step_plan {
   void forget_recording();
   void stop_waiting_after_a_step() noexcept;
   void miss();
+  // A request the plan did not expect, on the plan's stream: the lowest place in the region no
+  // planned block holds now, or 0.
+  std::uintptr_t place_in_gap(std::size_t size, std::size_t alignment);
 
   phase phase_ = phase::recording;
   // Recording.

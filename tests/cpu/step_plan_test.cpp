@@ -151,6 +151,38 @@ TEST(StepPlan, ATakenPlaceIsAMissAndAPlanThatKeepsMissingDrains) {
   EXPECT_EQ(plan.state(), step_plan::phase::recording);
 }
 
+TEST(StepPlan, ARequestThePlanDidNotExpectTakesAFreePlaceInTheRegion) {
+  step_plan plan;
+  ASSERT_NO_FATAL_FAILURE(follow_two_steps_of(plan, training_step(24)));
+  // A size the step never asked for, on the plan's stream (a loop that ran longer than when the
+  // step was recorded): a miss, placed where no planned block is live, inside the region.
+  const std::uintptr_t odd = plan.place(3 * MiB + 256, 256, stream_ref{});
+  ASSERT_NE(odd, 0u);
+  EXPECT_TRUE(plan.in_region(odd) && plan.in_region(odd + 3 * MiB + 255));
+  EXPECT_EQ(plan.misses(), 1u);
+  EXPECT_EQ(plan.hits(), 0u);
+  plan.check();
+  // The expected requests go on around it: each is placed (at its own place, or missing the one
+  // the odd block holds and taking a free one) and none overlaps it (check()).
+  std::vector<std::uintptr_t> got;
+  for (int i = 0; i < 6; ++i) {
+    const std::size_t size = i % 2 ? 3 * MiB / 2 : static_cast<std::size_t>((2 + (8 + i / 2) % 3) * MiB);
+    const std::uintptr_t a = plan.place(size, 256, stream_ref{});
+    if (a) got.push_back(a);
+    plan.check();
+  }
+  EXPECT_GT(plan.hits(), 0u);
+  // A request on another stream is never put in a gap: the region's memory passes between blocks
+  // without events only on the plan's stream.
+  EXPECT_EQ(plan.place(7 * MiB + 512, 256, stream_ref{9}), 0u);
+  // Nor one larger than any free place.
+  EXPECT_EQ(plan.place(std::size_t{1} << 40, 256, stream_ref{}), 0u);
+  EXPECT_FALSE(plan.release(odd, stream_ref{}));
+  for (std::uintptr_t a : got) plan.release(a, stream_ref{});
+  EXPECT_EQ(plan.live_blocks(), 0u);
+  plan.check();
+}
+
 TEST(StepPlan, ABlockFreedOnAnotherStreamKeepsItsPlaceUntilTheRegionGoesBack) {
   step_plan plan;
   ASSERT_NO_FATAL_FAILURE(follow_two_steps_of(plan, training_step(24)));
@@ -251,6 +283,23 @@ TEST(PoolStepPlan, ResNetsWarmPassesMapNothing) {
   EXPECT_EQ(r.stats.plans, 1u);
   EXPECT_GT(r.stats.plan_hits, 0u);
   EXPECT_EQ(r.pass_log[3].driver_granules, r.pass_log[2].driver_granules) << "the last pass maps nothing";
+  EXPECT_LE(r.fragmentation, 1.03);
+  EXPECT_EQ(r.failed_allocs, 0u);
+}
+
+// The shared Llama serving trace: its step (a whole pass of requests, decode loops inside) is
+// taken once granule-sized slabs sit in one granule each, and the requests its loops add beyond
+// the recorded step go into the region's free places, not beside it: from the fourth pass on
+// nothing is mapped, within the reserve ceiling.
+TEST(PoolStepPlan, LlamasWarmPassesMapNothingOnceThePlanIsTaken) {
+  const std::filesystem::path path = std::filesystem::path(GPUMEM_SHARED_TRACES) / "llama_serve.csv.gz";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared trace at " << path;
+  replay_options o;
+  o.passes = 5;
+  const replay_result r = replay(read_trace(path), o);
+  ASSERT_EQ(r.pass_log.size(), 5u);
+  EXPECT_GE(r.stats.plans, 1u);
+  EXPECT_EQ(r.pass_log[4].driver_granules, r.pass_log[2].driver_granules) << "passes 4 and 5 map nothing";
   EXPECT_LE(r.fragmentation, 1.03);
   EXPECT_EQ(r.failed_allocs, 0u);
 }
