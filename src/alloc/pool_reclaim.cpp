@@ -167,7 +167,8 @@ std::uintptr_t pool::impl::take(std::size_t bytes, std::size_t alignment, stream
   // the pool's lock. Emptying every thread's cache instead freed slabs that their streams carved
   // again at once, through this lock, and each such slab, freed on one stream and carved on
   // another, costs an event on a GPU. Large requests still reclaim first: they are the memory.
-  if (!a && small && fronts.size() > 1) a = attempt(true);
+  // (Growing first, it has just been tried.)
+  if (!a && small && fronts.size() > 1 && !grow_first) a = attempt(true);
   if (!a) a = reclaim(own, attempt);
   if (!a) {
     release_all_cached();  // last resort

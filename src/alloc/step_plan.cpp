@@ -230,7 +230,7 @@ std::uintptr_t step_plan::place(std::size_t size, std::size_t alignment, stream_
   }
   if (w == window || w == n) {
     miss();
-    return s == stream_ ? place_in_gap(size, alignment) : 0;  // (miss() may have dropped the plan)
+    return place_in_gap(size, alignment, s);
   }
   const std::uint32_t c = (next_ + w) % n;
   if (next_ + w >= n) round_misses_ = 0;  // the plan came round
@@ -241,7 +241,7 @@ std::uintptr_t step_plan::place(std::size_t size, std::size_t alignment, stream_
                              [](const placed& p, std::size_t off) { return p.offset < off; });
   if ((it != live_.end() && it->offset < e.offset + e.size) || (it != live_.begin() && std::prev(it)->end > e.offset)) {
     miss();  // a block of the last step, or one placed out of order, still holds it
-    return place_in_gap(size, alignment);
+    return place_in_gap(size, alignment, s);
   }
   live_.insert(it, {e.offset, e.offset + e.size, false});
   ++hits_;
@@ -252,8 +252,10 @@ std::uintptr_t step_plan::place(std::size_t size, std::size_t alignment, stream_
 // A loop that runs longer than it did in the recorded step, a shape the step did not have: the
 // region is mapped already, and the arena would map more beside it, past the ceiling the region
 // was sized to. A later request whose planned place such a block holds misses the same way.
-std::uintptr_t step_plan::place_in_gap(std::size_t size, std::size_t alignment) {
-  if (phase_ != phase::following) return 0;
+std::uintptr_t step_plan::place_in_gap(std::size_t size, std::size_t alignment, stream_ref s) {
+  // (miss() may have dropped the plan.) Only on the plan's stream: the region's memory passes from
+  // block to block without events in that stream's order alone.
+  if (phase_ != phase::following || s != stream_) return 0;
   std::size_t pos = 0;
   for (auto it = live_.begin();; ++it) {
     const std::size_t from = align_up(pos, alignment), lo = it == live_.end() ? extent_ : it->offset;

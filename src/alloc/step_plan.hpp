@@ -134,7 +134,7 @@ class step_plan {
   void miss();
   // A request the plan did not expect, on the plan's stream: the lowest place in the region no
   // planned block holds now, or 0.
-  std::uintptr_t place_in_gap(std::size_t size, std::size_t alignment);
+  std::uintptr_t place_in_gap(std::size_t size, std::size_t alignment, stream_ref s);
 
   phase phase_ = phase::recording;
   // Recording.

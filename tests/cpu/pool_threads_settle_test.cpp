@@ -5,9 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
-#include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,10 +27,10 @@ struct step {
 
 // Sizes log-uniform over the slab range, as the threads pattern draws them.
 std::vector<step> random_steps(std::uint64_t seed, std::size_t live, std::size_t n) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> log_size(std::log(256.0), std::log(double(MiB)));
+  gpumem::test::rng g(seed);
   std::vector<step> out(n);
-  for (auto& s : out) s = {static_cast<std::uint32_t>(rng() % live), static_cast<std::size_t>(std::exp(log_size(rng)))};
+  for (auto& s : out)
+    s = {static_cast<std::uint32_t>(g.below(live)), gpumem::test::log_uniform(g.next(), g.next(), 256, MiB)};
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -271,14 +272,22 @@ TEST(PoolStepPlan, AJobThatRepeatsItselfStopsMovingMemory) {
   EXPECT_LE(after.back().fragmentation(), 1.03);
 }
 
+// Shared trace `name` replayed `passes` times with the default; nothing when the shared folder
+// does not have it.
+std::optional<replay_result> replayed_shared(const char* name, std::size_t passes) {
+  const std::filesystem::path path = std::filesystem::path(GPUMEM_SHARED_TRACES) / name;
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  replay_options o;
+  o.passes = passes;
+  return replay(read_trace(path), o);
+}
+
 // The shared ResNet-50 trace, four passes with the default: the plan is found and taken, and the
 // warm passes map and unmap nothing, within the reserve ceiling.
 TEST(PoolStepPlan, ResNetsWarmPassesMapNothing) {
-  const std::filesystem::path path = std::filesystem::path(GPUMEM_SHARED_TRACES) / "resnet50_train.csv.gz";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared trace at " << path;
-  replay_options o;
-  o.passes = 4;
-  const replay_result r = replay(read_trace(path), o);
+  const std::optional<replay_result> got = replayed_shared("resnet50_train.csv.gz", 4);
+  if (!got) GTEST_SKIP() << "no shared trace resnet50_train.csv.gz in " << GPUMEM_SHARED_TRACES;
+  const replay_result& r = *got;
   ASSERT_EQ(r.pass_log.size(), 4u);
   EXPECT_EQ(r.stats.plans, 1u);
   EXPECT_GT(r.stats.plan_hits, 0u);
@@ -292,11 +301,9 @@ TEST(PoolStepPlan, ResNetsWarmPassesMapNothing) {
 // the recorded step go into the region's free places, not beside it: from the fourth pass on
 // nothing is mapped, within the reserve ceiling.
 TEST(PoolStepPlan, LlamasWarmPassesMapNothingOnceThePlanIsTaken) {
-  const std::filesystem::path path = std::filesystem::path(GPUMEM_SHARED_TRACES) / "llama_serve.csv.gz";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared trace at " << path;
-  replay_options o;
-  o.passes = 5;
-  const replay_result r = replay(read_trace(path), o);
+  const std::optional<replay_result> got = replayed_shared("llama_serve.csv.gz", 5);
+  if (!got) GTEST_SKIP() << "no shared trace llama_serve.csv.gz in " << GPUMEM_SHARED_TRACES;
+  const replay_result& r = *got;
   ASSERT_EQ(r.pass_log.size(), 5u);
   EXPECT_GE(r.stats.plans, 1u);
   EXPECT_EQ(r.pass_log[4].driver_granules, r.pass_log[2].driver_granules) << "passes 4 and 5 map nothing";
