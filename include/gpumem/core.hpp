@@ -34,6 +34,11 @@
 //   kept mapping a place a single-granule handle moved away from (or retired from), still mapped
 //                by the driver though the pool counts it unmapped: the handle moves back there
 //                with no driver call while it is idle elsewhere or spare. Address space only.
+//   step plan    a layout of one step of a job that repeats itself, learned from the large
+//                requests the arena served; followed, it places each at its offset in one region.
+//   stretch      the large requests between two moments when none is live (a server's batch);
+//                one the arena moved memory for is laid out and kept, and followed once when its
+//                first request comes again.
 //   block        a contiguous address range [addr, addr + size) the arena tracks, live or free.
 //   arena        the best-fit index over blocks: splits, coalesces, grows, harvests. One lock.
 //   size class   a rounded request size; small classes are served from slabs.

@@ -331,6 +331,9 @@ void* pool::impl::allocate_slow(const detail::live_entry& entry, std::size_t ali
     detail::front_guard flock(fc.lock, true);
     return_plan_region_if_drained();
     if ((plan.install_due() && install_plan(fc)) || plan_shared) a = plan.place(size, alignment, s);
+    // A stretch followed once that has ended gives its region back before anything else is placed.
+    if (!a) return_plan_region_if_drained();
+    if (!a && take_stretch(fc, size, alignment, s)) a = plan.place(size, alignment, s);
   }
   const bool planned = a != 0;
   if (!planned) {

@@ -28,6 +28,7 @@
 #include "graph_pool.hpp"
 #include "slab_cache.hpp"
 #include "step_plan.hpp"
+#include "stretch_library.hpp"
 #include "stream_clock.hpp"
 #include "gpumem/pool.hpp"
 
@@ -114,6 +115,11 @@ struct pool::impl {
   std::uint64_t plan_moves_mark = 0;  // the arena's maps + unmaps when the plan was laid out
   bool plan_settled = false;     // a step went by without moves: large blocks cached, no recording
   std::uint32_t plan_rejections = 0;
+  // Layouts of stretches between quiet moments, for when they come again (stretch_library.hpp).
+  detail::stretch_library stretches;
+  std::uint64_t stretch_unmaps_mark = 0;  // the arena's unmaps when the stretch in progress began
+  std::uint64_t stretches_taken = 0;
+  std::uint64_t plan_stretches_mark = 0;  // stretches_taken when the step plan was laid out
   pool_stats st;                               // slow-path counters, under m
   detail::graph_pools graphs{up, ord};         // CUDA graph capture, under m
   alignas(64) std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes
@@ -147,8 +153,18 @@ struct pool::impl {
   // Under m, owner `fc`'s lock held: the laid-out plan takes its region from the arena and starts
   // following. False if the arena could not give it (the plan is dropped).
   bool install_plan(detail::front_cache& fc);
+  // Under m, owner `fc`'s lock held: the region for the plan laid out (false: no room within the
+  // ceiling, or the arena could not give it; the plan is left as it was).
+  bool take_region(detail::front_cache& fc);
+  // Under m, owner `fc`'s lock held, a large request at a quiet moment: a kept stretch that begins
+  // with it taken up and its region taken; false if none is or it does not fit.
+  bool take_stretch(detail::front_cache& fc, std::size_t size, std::size_t alignment, stream_ref s);
+  // Under m: the stretch recorded has ended; kept if the arena moved memory during it.
+  void stretch_ended(detail::front_cache& fc);
   // The most a plan's region may be over its step's peak: the reserve ceiling.
   double plan_bound() const;
+  // Under m: the recorded step laid out, or rejected if over the ceiling.
+  void lay_out_step();
   // Under m: the laid-out plan does not fit; recording resumes after a back-off.
   void reject_plan();
   // Under m, `a` inside the plan's region: a planned block freed by a caller other than its owner.

@@ -48,6 +48,7 @@ void pool::impl::free_direct(detail::front_cache& fc, std::uint32_t i, std::size
   {
     detail::front_guard flock(fc.lock, true);
     plan.record_free(a);
+    if (stretches.record_free(a)) stretch_ended(fc);
   }
   give_back(a, e, s);
   ++st.deallocations;
@@ -65,14 +66,20 @@ void pool::impl::reject_plan() {
 }
 
 void pool::impl::plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t alignment, stream_ref s) {
-  if (plan.state() == detail::step_plan::phase::laid_out) return plan.count_alloc();
-  if (plan.state() != detail::step_plan::phase::recording) return;
+  if (!plan.following() && plan.state() != detail::step_plan::phase::draining &&
+      stretches.record_alloc(a, size, alignment, s))
+    stretch_unmaps_mark = arena.unmaps();
+  if (plan.state() == detail::step_plan::phase::laid_out && !plan.following_once()) return plan.count_alloc();
+  if (!plan.recording()) return;
   if (plan_skip) {
     --plan_skip;
     return;
   }
   plan.record_alloc(a, size, alignment, s);
-  if (!plan.step_ready()) return;
+  if (plan.step_ready()) lay_out_step();
+}
+
+void pool::impl::lay_out_step() {
   std::size_t peak = 0;
   const std::size_t bytes = plan.lay_out(peak);
   if (!bytes || static_cast<double>(bytes) > plan_bound() * static_cast<double>(peak)) {
@@ -81,34 +88,64 @@ void pool::impl::plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t 
     return reject_plan();
   }
   plan_moves_mark = arena.maps() + arena.unmaps();
+  plan_stretches_mark = stretches_taken;
 }
 
 bool pool::impl::install_plan(detail::front_cache& fc) {
-  if (arena.maps() + arena.unmaps() == plan_moves_mark) {
-    // A whole step went by on the arena without a granule mapped or unmapped: the job has settled
-    // without a plan. Large blocks go back to the front caches, which serve a repeated shape
-    // faster than any layout.
+  if (arena.maps() + arena.unmaps() == plan_moves_mark && stretches_taken == plan_stretches_mark) {
+    // A whole step went by on the arena without a granule mapped or unmapped (nor a stretch's
+    // layout keeping it still): the job has settled without a plan. Large blocks go back to the
+    // front caches, which serve a repeated shape faster than any layout.
     plan.drop();
     plan_direct = false;
     plan_settled = true;
     return false;
   }
+  if (take_region(fc)) return true;
+  reject_plan();
+  return false;
+}
+
+bool pool::impl::take_stretch(detail::front_cache& fc, std::size_t size, std::size_t alignment, stream_ref s) {
+  if (plan_shared) return false;
+  if (plan.step_ready()) lay_out_step();  // a step the job repeats comes first: it is followed for good
+  if (plan.state() != detail::step_plan::phase::recording) return false;
+  const detail::kept_stretch* k = stretches.find(size, alignment, s);
+  if (!k) return false;
+  plan.follow_once(k->entries, k->stream);
+  if (!take_region(fc)) {
+    // No room beside what is live now: the arena serves the stretch this time.
+    plan.unfollow();
+    return false;
+  }
+  stretches.forget_recording();
+  ++stretches_taken;
+  return true;
+}
+
+// A stretch ended (nothing recorded is live): kept if the arena moved memory for it.
+void pool::impl::stretch_ended(detail::front_cache& fc) {
+  if (arena.unmaps() == stretch_unmaps_mark || plan_shared) return;
+  const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
+  stretches.keep(plan_bound() * static_cast<double>(peak));
+}
+
+// The plan's region from the arena, where the plan's next request is (the step's quietest moment,
+// or a stretch's start): within the reserve ceiling beside what is live, or not at all.
+bool pool::impl::take_region(detail::front_cache& fc) {
   // The last step's memory is free by now, most of it owned by the stream that freed it: once
   // ready it can be moved under the region rather than the region growing beside it.
   clock.cover_all();
   promote_ready();
-  // Small blocks the front cache keeps pin slabs where the region could lie: they go back, and
-  // the slabs left empty with them (as settle does, once per plan).
-  flush_front(fc);
-  slabs.release_empty();
   const std::size_t bytes = align_up(plan.extent_planned(), granule);
   // Reserved after: the region beside the granules live blocks hold (slabs, blocks of the step in
   // progress). Over the ceiling, the plan would buy its stillness with memory: the arena goes on.
   const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
-  if (static_cast<double>(bytes + arena.live_granule_bytes()) > plan_bound() * static_cast<double>(peak)) {
-    reject_plan();
-    return false;
-  }
+  // Small blocks the front cache keeps pin slabs where the region could lie: they go back, and
+  // the slabs left empty with them (as settle does, once per plan).
+  flush_front(fc);
+  slabs.release_empty();
+  if (static_cast<double>(bytes + arena.live_granule_bytes()) > plan_bound() * static_cast<double>(peak)) return false;
   if (opts.reserve_ceiling > 0) arena.set_reserve_ceiling(ceiling_for(fc, bytes));
   std::uintptr_t region = arena.allocate(bytes, granule, plan.stream(), false);
   if (!region) {
@@ -118,10 +155,7 @@ bool pool::impl::install_plan(detail::front_cache& fc) {
     arena.release(granule);
     region = arena.allocate(bytes, granule, plan.stream(), true);
   }
-  if (!region) {
-    reject_plan();
-    return false;
-  }
+  if (!region) return false;
   plan.install(region);
   plan_rejections = 0;
   note_reserved();

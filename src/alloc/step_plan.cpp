@@ -25,7 +25,7 @@ void step_plan::forget_recording() {
 }
 
 void step_plan::record_alloc(std::uintptr_t a, std::size_t size, std::size_t alignment, stream_ref s) {
-  if (phase_ != phase::recording) return;
+  if (!recording()) return;
   ++tick_;
   if (boundary_ != none) {
     // The next step has begun; its requests are only counted, to know where following starts.
@@ -72,7 +72,7 @@ void step_plan::stop_waiting_after_a_step() noexcept {
 }
 
 void step_plan::record_free(std::uintptr_t a) {
-  if (phase_ != phase::recording) return;
+  if (!recording()) return;
   auto it = rec_live_.find(a);
   if (it == rec_live_.end()) return;
   ++tick_;
@@ -83,23 +83,12 @@ void step_plan::record_free(std::uintptr_t a) {
   if (boundary_ != none) stop_waiting_after_a_step();
 }
 
-namespace {
-// A block's time in the step: one interval, or two where it lives past the step's end and into
-// the next step's start.
-struct span {
-  std::uint64_t s0, e0, s1, e1;  // [s0, e0) and [s1, e1); the second empty when s1 == e1
-  bool meets(const span& o) const noexcept {
-    auto cut = [](std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d) { return a < d && c < b; };
-    return cut(s0, e0, o.s0, o.e0) || cut(s0, e0, o.s1, o.e1) || cut(s1, e1, o.s0, o.e0) || cut(s1, e1, o.s1, o.e1);
-  }
-};
-}  // namespace
 
 std::size_t step_plan::lay_out(std::size_t& peak) {
   const std::size_t n = boundary_;
   const std::uint64_t period = boundary_tick_;
   const stream_ref s = rec_[0].stream;
-  std::vector<span> when(n);
+  std::vector<timed_span> when(n);
   std::vector<std::uint32_t> planned;  // the blocks on the plan's stream
   for (std::size_t i = 0; i < n; ++i) {
     const recorded& r = rec_[i];
@@ -134,66 +123,16 @@ std::size_t step_plan::lay_out(std::size_t& peak) {
       if (before < least) least = before, install_at_ = i;
     }
   }
-  // Greedy placement, best-fit gaps, in three orders; the smallest extent wins. Time is cut into
-  // buckets so a block meets only the placed blocks of the buckets its span covers.
-  const std::uint64_t bucket_ticks = std::max<std::uint64_t>(1, period / 512 + 1);
-  const std::size_t buckets = static_cast<std::size_t>(period / bucket_ticks) + 2;
-  auto each_bucket = [&](const span& w, auto&& f) {
-    for (std::uint64_t b = w.s0 / bucket_ticks; b * bucket_ticks < w.e0; ++b) f(static_cast<std::size_t>(b));
-    if (w.s1 != w.e1)
-      for (std::uint64_t b = w.s1 / bucket_ticks; b * bucket_ticks < w.e1; ++b) f(static_cast<std::size_t>(b));
-  };
+  std::vector<planned_entry> blocks;
+  blocks.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) blocks.push_back({rec_[i].size, rec_[i].align_log2, rec_[i].stream, 0});
   std::vector<std::size_t> best_offset;
-  std::size_t best_extent = SIZE_MAX;
-  std::vector<std::size_t> offset(n, SIZE_MAX);
-  std::vector<std::vector<std::uint32_t>> in_bucket(buckets);
-  std::vector<std::uint32_t> stamp(n, UINT32_MAX);
-  std::vector<std::pair<std::size_t, std::size_t>> busy;
-  auto length = [&](std::uint32_t i) { return (when[i].e0 - when[i].s0) + (when[i].e1 - when[i].s1); };
-  for (int order = 0; order < 3; ++order) {
-    std::vector<std::uint32_t> seq = planned;
-    auto weight = [&](std::uint32_t i) -> double {
-      if (order == 0) return double(rec_[i].size);
-      if (order == 1) return double(length(i));
-      return double(rec_[i].size) * double(length(i));
-    };
-    std::stable_sort(seq.begin(), seq.end(), [&](std::uint32_t x, std::uint32_t y) { return weight(x) > weight(y); });
-    for (auto& b : in_bucket) b.clear();
-    std::fill(stamp.begin(), stamp.end(), UINT32_MAX);
-    std::size_t extent = 0;
-    for (std::uint32_t q = 0; q < seq.size(); ++q) {
-      const std::uint32_t i = seq[q];
-      busy.clear();
-      each_bucket(when[i], [&](std::size_t b) {
-        for (std::uint32_t j : in_bucket[b]) {
-          if (stamp[j] == q) continue;
-          stamp[j] = q;
-          if (when[i].meets(when[j])) busy.push_back({offset[j], offset[j] + rec_[j].size});
-        }
-      });
-      std::sort(busy.begin(), busy.end());
-      const std::size_t size = rec_[i].size, align = std::size_t{1} << rec_[i].align_log2;
-      std::size_t pos = 0, at = SIZE_MAX, gap = SIZE_MAX;
-      for (auto [lo, hi] : busy) {
-        const std::size_t from = align_up(pos, align);
-        if (lo > from && lo - from >= size && lo - pos < gap) gap = lo - pos, at = from;
-        pos = std::max(pos, hi);
-      }
-      offset[i] = at != SIZE_MAX ? at : align_up(pos, align);
-      extent = std::max(extent, offset[i] + size);
-      each_bucket(when[i], [&](std::size_t b) { in_bucket[b].push_back(i); });
-    }
-    if (extent < best_extent) best_extent = extent, best_offset = offset;
-  }
-  entries_.clear();
-  entries_.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const bool mine = rec_[i].stream == s;
-    entries_.push_back({rec_[i].size, rec_[i].align_log2, rec_[i].stream, mine ? best_offset[i] : SIZE_MAX});
-  }
+  const std::size_t best_extent = greedy_layout(when, blocks, planned, period, best_offset);
+  for (std::size_t i = 0; i < n; ++i) blocks[i].offset = best_offset[i];
+  entries_ = std::move(blocks);
   stream_ = s;
   phase_ = phase::laid_out;
-  return planned.empty() ? 0 : best_extent;
+  return best_extent;
 }
 
 std::size_t step_plan::extent_planned() const noexcept {
@@ -206,9 +145,9 @@ std::size_t step_plan::extent_planned() const noexcept {
 void step_plan::install(std::uintptr_t base) {
   base_ = base;
   extent_ = extent_planned();
-  next_ = static_cast<std::uint32_t>(install_at_);
+  next_ = once_ ? 0 : static_cast<std::uint32_t>(install_at_);
   round_misses_ = streak_ = 0;
-  forget_recording();
+  if (!once_) forget_recording();  // (a stretch's requests are recorded on: the step may span it)
   phase_ = phase::following;
   ++plans_;
 }
@@ -228,14 +167,27 @@ std::uintptr_t step_plan::place(std::size_t size, std::size_t alignment, stream_
     const entry& e = entries_[(next_ + w) % n];
     if (e.size == size && e.align_log2 == align_log2 && e.stream == s) break;
   }
+  if (once_ && live_.empty() && w != 0) {
+    // Nothing of the stretch is live and this is not its next request: it is over.
+    drop();
+    return 0;
+  }
   if (w == window || w == n) {
     miss();
-    return place_in_gap(size, alignment, s);
+    const std::uintptr_t a = place_in_gap(size, alignment, s);
+    if (once_ && a) record_alloc(a, size, alignment, s);
+    return a;
   }
   const std::uint32_t c = (next_ + w) % n;
   if (next_ + w >= n) round_misses_ = 0;  // the plan came round
   next_ = (c + 1) % n;
-  const entry& e = entries_[c];
+  const std::uintptr_t a = place_entry(entries_[c], size, alignment, s);
+  if (once_ && next_ == 0) drop();  // a stretch's last request: the region goes back once it is freed
+  if (once_ && a) record_alloc(a, size, alignment, s);
+  return a;
+}
+
+std::uintptr_t step_plan::place_entry(const entry& e, std::size_t size, std::size_t alignment, stream_ref s) {
   if (e.offset == SIZE_MAX) return 0;  // another stream's request: the arena's
   auto it = std::lower_bound(live_.begin(), live_.end(), e.offset,
                              [](const placed& p, std::size_t off) { return p.offset < off; });
@@ -247,6 +199,20 @@ std::uintptr_t step_plan::place(std::size_t size, std::size_t alignment, stream_
   ++hits_;
   streak_ = 0;
   return base_ + e.offset;
+}
+
+void step_plan::follow_once(const std::vector<entry>& entries, stream_ref s) {
+  entries_ = entries;
+  stream_ = s;
+  once_ = true;
+  phase_ = phase::laid_out;
+}
+
+void step_plan::unfollow() {
+  if (!once_ || phase_ != phase::laid_out) return;
+  entries_.clear();
+  once_ = false;
+  phase_ = phase::recording;
 }
 
 // A loop that runs longer than it did in the recorded step, a shape the step did not have: the
@@ -269,6 +235,7 @@ std::uintptr_t step_plan::place_in_gap(std::size_t size, std::size_t alignment, 
 }
 
 bool step_plan::release(std::uintptr_t a, stream_ref s, const std::vector<stream_ref>& also) {
+  if (once_) record_free(a);
   const std::size_t off = a - base_;
   auto it = std::lower_bound(live_.begin(), live_.end(), off,
                              [](const placed& p, std::size_t o) { return p.offset < o; });
@@ -308,7 +275,8 @@ void step_plan::region_returned() {
   poisoned_ = 0;
   others_.clear();
   phase_ = phase::recording;
-  restart();
+  if (!once_) restart();
+  once_ = false;
 }
 
 void step_plan::check() const {

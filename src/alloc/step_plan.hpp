@@ -20,6 +20,9 @@
 // plan is dropped: blocks placed in it stay until freed, and the region goes back to the arena
 // when the last one does (draining); recording starts again.
 //
+// A kept stretch's layout (stretch_library.hpp) is followed the same way, once: the plan takes it
+// up at the stretch's first request and drops after its last, recording all the while.
+//
 // Streams: a plan is laid out for one stream (its first request's); the region's memory passes
 // from one block to the next without events because both run on that stream, in order. A planned
 // block freed on another stream, or used on one (record_use), keeps its place taken until the
@@ -34,12 +37,14 @@
 #include <vector>
 
 #include "gpumem/core.hpp"
+#include "step_layout.hpp"
 
 namespace gpumem::detail {
 
 class step_plan {
  public:
   enum class phase : std::uint8_t { recording, laid_out, following, draining };
+  using entry = planned_entry;
 
   // Requests of the step's start that must come again, in order, before a step is taken as found.
   static constexpr std::size_t match_len = 16;
@@ -74,6 +79,16 @@ class step_plan {
   }
   // Starts following at `base`, a region of lay_out's bytes aligned to the granule.
   void install(std::uintptr_t base);
+  // Recording, at a quiet moment: laid out with a kept stretch's layout (stretch_library.hpp),
+  // due now, to be followed once: after its last request, or at a quiet moment that is not its
+  // next, the plan drops and the region goes back.
+  void follow_once(const std::vector<entry>& entries, stream_ref s);
+  // The stretch's region could not be taken: recording again, with what was recorded kept.
+  void unfollow();
+  bool following_once() const noexcept { return once_; }
+  // Requests are recorded: while no plan is laid out or followed, and through a stretch followed
+  // once (a step the job repeats may span stretches).
+  bool recording() const noexcept { return phase_ == phase::recording || once_; }
 
   // --- following (under the owning front cache's lock) -----------------------------------------
   // A place for a large block, or 0 (the caller goes to the arena).
@@ -115,12 +130,6 @@ class step_plan {
     stream_ref stream;
     std::uint64_t start, end;  // ticks; end UINT64_MAX: still live
   };
-  struct entry {
-    std::size_t size;
-    std::uint8_t align_log2;
-    stream_ref stream;
-    std::size_t offset;  // SIZE_MAX: another stream's request, left to the arena
-  };
   struct placed {
     std::size_t offset, end;
     bool poisoned;
@@ -132,6 +141,7 @@ class step_plan {
   void forget_recording();
   void stop_waiting_after_a_step() noexcept;
   void miss();
+  std::uintptr_t place_entry(const entry& e, std::size_t size, std::size_t alignment, stream_ref s);
   // A request the plan did not expect, on the plan's stream: the lowest place in the region no
   // planned block holds now, or 0.
   std::uintptr_t place_in_gap(std::size_t size, std::size_t alignment, stream_ref s);
@@ -154,6 +164,7 @@ class step_plan {
   std::size_t extent_ = 0;
   stream_ref stream_{};
   std::uint32_t next_ = 0;             // the entry expected next
+  bool once_ = false;                  // a stretch's layout, followed once
   std::uint32_t round_misses_ = 0;     // misses since the plan last came round
   std::uint32_t streak_ = 0;           // misses since the last hit
   std::vector<placed> live_;           // planned blocks live now, by offset

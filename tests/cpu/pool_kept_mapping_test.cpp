@@ -123,16 +123,17 @@ TEST(KeptMapping, ARetiringPlaceBecomesAKeptMappingNotADriverUnmap) {
   EXPECT_EQ(r.dev->used_bytes(), 0u);
 }
 
-// The example inference trace (varying shapes, tight reserve): a third of its moves go back where
-// the granule was still mapped, and the reserve is what it was without kept mappings.
+// The example inference trace (varying shapes, tight reserve), its first pass (later ones follow
+// the stretch library's layouts and move little): a third of its moves go back where the granule
+// was still mapped, and the reserve is what it was without kept mappings.
 TEST(KeptMapping, OnAVaryingShapeTraceManyMovesCostNoDriverCall) {
   const trace t = read_trace(std::filesystem::path(GPUMEM_EXAMPLES) / "varlen_inference.csv");
   replay_options o;
-  o.passes = 3;
+  o.passes = 1;
   const replay_result r = replay(t, o);
   EXPECT_EQ(r.failed_allocs, 0u);
   const pool_stats& s = r.stats;
-  ASSERT_GT(s.maps + s.unmaps, 1000u);
+  ASSERT_GT(s.maps + s.unmaps, 500u);
   EXPECT_LT(double(s.driver_maps + s.driver_unmaps), 0.8 * double(s.maps + s.unmaps));
   EXPECT_LT(s.fragmentation(), 1.03);
 }

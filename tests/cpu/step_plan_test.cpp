@@ -289,7 +289,7 @@ TEST(PoolStepPlan, ResNetsWarmPassesMapNothing) {
   if (!got) GTEST_SKIP() << "no shared trace resnet50_train.csv.gz in " << GPUMEM_SHARED_TRACES;
   const replay_result& r = *got;
   ASSERT_EQ(r.pass_log.size(), 4u);
-  EXPECT_EQ(r.stats.plans, 1u);
+  EXPECT_GE(r.stats.plans, 1u);
   EXPECT_GT(r.stats.plan_hits, 0u);
   EXPECT_EQ(r.pass_log[3].driver_granules, r.pass_log[2].driver_granules) << "the last pass maps nothing";
   EXPECT_LE(r.fragmentation, 1.03);
