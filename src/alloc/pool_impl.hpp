@@ -119,6 +119,9 @@ struct pool::impl {
   detail::stretch_library stretches;
   std::uint64_t stretch_unmaps_mark = 0;  // the arena's unmaps when the stretch in progress began
   std::uint64_t stretches_taken = 0;
+  struct {
+    std::uint64_t id, hits, misses;  // the stretch followed now, and the plan's counts at its start
+  } stretch_taken{};
   std::uint64_t plan_stretches_mark = 0;  // stretches_taken when the step plan was laid out
   pool_stats st;                               // slow-path counters, under m
   detail::graph_pools graphs{up, ord};         // CUDA graph capture, under m

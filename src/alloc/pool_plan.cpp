@@ -109,7 +109,8 @@ bool pool::impl::install_plan(detail::front_cache& fc) {
 bool pool::impl::take_stretch(detail::front_cache& fc, std::size_t size, std::size_t alignment, stream_ref s) {
   if (plan_shared) return false;
   if (plan.step_ready()) lay_out_step();  // a step the job repeats comes first: it is followed for good
-  if (plan.state() != detail::step_plan::phase::recording) return false;
+  if (plan.state() != detail::step_plan::phase::recording || stretches.into_stretch() > detail::stretch_library::take_within)
+    return false;
   const detail::kept_stretch* k = stretches.find(size, alignment, s);
   if (!k) return false;
   plan.follow_once(k->entries, k->stream);
@@ -120,6 +121,7 @@ bool pool::impl::take_stretch(detail::front_cache& fc, std::size_t size, std::si
   }
   stretches.forget_recording();
   ++stretches_taken;
+  stretch_taken = {k->id, plan.hits(), plan.misses()};
   return true;
 }
 
@@ -169,6 +171,8 @@ void pool::impl::plan_give_back(std::uintptr_t a, stream_ref s, const std::vecto
 
 void pool::impl::return_plan_region_if_drained() {
   if (!plan.region() || !plan.drained()) return;
+  if (plan.following_once())  // followed, or mostly missed: a first request other stretches share
+    stretches.judge(stretch_taken.id, plan.hits() - stretch_taken.hits >= plan.misses() - stretch_taken.misses);
   arena.deallocate(plan.region(), plan.stream(), plan.other_streams());
   plan.region_returned();
 }

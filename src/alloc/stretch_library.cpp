@@ -95,7 +95,7 @@ bool stretch_library::keep(double most_bytes) {
                                       : std::min_element(kept_.begin(), kept_.end(), [](const kept_stretch& x, const kept_stretch& y) {
                                           return x.used < y.used;
                                         });
-  *slot = {std::move(blocks), extent, s, ++clock_};
+  *slot = {std::move(blocks), extent, s, ++clock_, ++clock_, 0, 0};
   return true;
 }
 
@@ -104,11 +104,27 @@ const kept_stretch* stretch_library::find(std::size_t size, std::size_t alignmen
   kept_stretch* best = nullptr;
   for (kept_stretch& k : kept_) {
     const planned_entry& e = k.entries.front();
-    if (e.size == size && e.align_log2 == align_log2 && e.stream == s && e.offset != SIZE_MAX && (!best || k.used > best->used))
-      best = &k;
+    if (e.size != size || e.align_log2 != align_log2 || e.stream != s || e.offset == SIZE_MAX) continue;
+    if (k.pass_over) {
+      --k.pass_over;
+      continue;
+    }
+    if (!best || k.used > best->used) best = &k;
   }
   if (best) best->used = ++clock_;
   return best;
+}
+
+void stretch_library::judge(std::uint64_t id, bool right) {
+  for (kept_stretch& k : kept_) {
+    if (k.id != id) continue;
+    if (right) {
+      k.wrong = 0;
+    } else {
+      k.pass_over = std::uint32_t{1} << std::min<std::uint32_t>(k.wrong, 10);
+      ++k.wrong;
+    }
+  }
 }
 
 }  // namespace gpumem::detail

@@ -29,6 +29,11 @@ struct kept_stretch {
   std::size_t extent = 0;  // the region's bytes
   stream_ref stream{};     // the stream the layout covers (its first request's)
   std::uint64_t used = 0;  // when last kept or taken, for choosing and for eviction
+  std::uint64_t id = 0;
+  // Takes that went wrong in a row (no room, or more requests missed than followed it), and the
+  // matches to pass over before it is taken again: 2^wrong, so a first request shared with other
+  // stretches stops taking this one up.
+  std::uint32_t wrong = 0, pass_over = 0;
 };
 
 class stretch_library {
@@ -51,6 +56,11 @@ class stretch_library {
   bool record_free(std::uintptr_t a);
   // No recorded block is live.
   bool quiet() const noexcept { return live_.empty(); }
+  // Requests recorded since the stretch in progress began (0 at a quiet moment).
+  std::size_t into_stretch() const noexcept { return live_.empty() ? 0 : rec_.size(); }
+  // How far into a stretch a kept one may still be taken up: a request or two the job puts before
+  // a batch (a mask, an index) and frees with it.
+  static constexpr std::size_t take_within = 2;
   // Forgets the stretch in progress (the plan took the requests over).
   void forget_recording();
 
@@ -59,6 +69,9 @@ class stretch_library {
   bool keep(double most_bytes);
   // The stretch most recently used whose first request is this one, or null.
   const kept_stretch* find(std::size_t size, std::size_t alignment, stream_ref s);
+  // How taking stretch `id` went: `right` if it was followed (its requests mostly hit), else it is
+  // passed over for a while, longer each time in a row.
+  void judge(std::uint64_t id, bool right);
 
   std::size_t kept() const noexcept { return kept_.size(); }
 

@@ -1,7 +1,8 @@
 // The stretch library (src/alloc/stretch_library.hpp) and the pool that follows its layouts: a
 // stretch is cut where nothing recorded is live, laid out within the bound or not kept, found by
-// its first request, kept once however often it comes, and the oldest gives way; on the shared
-// BERT trace the batches that moved memory are placed by their layouts when they come again.
+// its first request, kept once however often it comes, the oldest gives way, and one taken up
+// wrongly is passed over; on the shared BERT trace the batches that moved memory are placed by
+// their layouts when they come again.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -69,6 +70,35 @@ TEST(StretchLibrary, TheSameStretchIsKeptOnceAndTheOldestGivesWay) {
   EXPECT_EQ(lib.kept(), stretch_library::max_kept);
   EXPECT_EQ(lib.find(4 * MiB, 256, stream_ref{}), nullptr);
   EXPECT_NE(lib.find(5 * MiB, 256, stream_ref{}), nullptr);
+}
+
+TEST(StretchLibrary, AStretchTakenWronglyIsPassedOverLongerEachTimeInARow) {
+  stretch_library lib;
+  ASSERT_TRUE(record_pairs(lib, 0x10000000, 16, 4 * MiB));
+  ASSERT_TRUE(lib.keep(1e12));
+  const std::uint64_t id = lib.find(4 * MiB, 256, {})->id;
+  auto found_in = [&](int tries) {
+    int n = 0;
+    for (int i = 0; i < tries; ++i) n += lib.find(4 * MiB, 256, {}) != nullptr;
+    return n;
+  };
+  lib.judge(id, false);
+  EXPECT_EQ(found_in(2), 1) << "passed over once";
+  lib.judge(id, false);
+  EXPECT_EQ(found_in(3), 1) << "then twice";
+  lib.judge(id, true);
+  EXPECT_EQ(found_in(3), 3) << "followed: taken each time again";
+}
+
+TEST(StretchLibrary, HowFarIntoAStretchIsCounted) {
+  stretch_library lib;
+  EXPECT_EQ(lib.into_stretch(), 0u);
+  lib.record_alloc(0x10000000, 4 * MiB, 256, {});
+  lib.record_alloc(0x20000000, 4 * MiB, 256, {});
+  EXPECT_EQ(lib.into_stretch(), 2u);
+  lib.record_free(0x10000000);
+  EXPECT_TRUE(lib.record_free(0x20000000));
+  EXPECT_EQ(lib.into_stretch(), 0u) << "quiet again";
 }
 
 TEST(StretchLibrary, AnAddressRecordedAgainClosesItsOldBlock) {
