@@ -101,7 +101,10 @@ bool pool::impl::install_plan(detail::front_cache& fc) {
     plan_settled = true;
     return false;
   }
-  if (take_region(fc)) return true;
+  if (take_region(fc)) {
+    plan_rejections = 0;
+    return true;
+  }
   reject_plan();
   return false;
 }
@@ -159,7 +162,6 @@ bool pool::impl::take_region(detail::front_cache& fc) {
   }
   if (!region) return false;
   plan.install(region);
-  plan_rejections = 0;
   note_reserved();
   return true;
 }
