@@ -115,6 +115,10 @@ struct pool::impl {
   std::uint64_t plan_moves_mark = 0;  // the arena's maps + unmaps when the plan was laid out
   bool plan_settled = false;     // a step went by without moves: large blocks cached, no recording
   std::uint32_t plan_rejections = 0;
+  // Signatures of steps whose layout was over the ceiling (step_plan::step_signature), a ring.
+  static constexpr std::size_t max_refused_steps = 64;
+  std::vector<std::uint64_t> refused_steps;
+  std::size_t refused_steps_next = 0;
   // Layouts of stretches between quiet moments, for when they come again (stretch_library.hpp).
   detail::stretch_library stretches;
   std::uint64_t stretch_unmaps_mark = 0;  // the arena's unmaps when the stretch in progress began

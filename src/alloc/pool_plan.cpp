@@ -1,6 +1,7 @@
 // The step plan's place in the pool (step_plan.hpp): what the arena serves is recorded, a step
 // found is laid out and its region taken from the arena, planned blocks are freed, and the region
 // goes back when a plan has drained.
+#include <algorithm>
 #include <mutex>
 
 #include "pool_impl.hpp"
@@ -80,11 +81,20 @@ void pool::impl::plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t 
 }
 
 void pool::impl::lay_out_step() {
+  // A step whose layout was over the ceiling before is found again (a partial repeat of a job whose
+  // batches vary): it would be again, and laying it out is the costly part.
+  const std::uint64_t signature = plan.step_signature();
+  if (std::find(refused_steps.begin(), refused_steps.end(), signature) != refused_steps.end()) {
+    plan_skip = plan.step_requests() << std::min<std::uint32_t>(plan_rejections++, 6);
+    return plan.drop();
+  }
   std::size_t peak = 0;
   const std::size_t bytes = plan.lay_out(peak);
   if (!bytes || static_cast<double>(bytes) > plan_bound() * static_cast<double>(peak)) {
     // The step's layout is not within the ceiling (its shapes vary too much to sit still without
     // more memory): the arena goes on moving memory.
+    if (refused_steps.size() < max_refused_steps) refused_steps.push_back(signature);
+    else refused_steps[refused_steps_next++ % max_refused_steps] = signature;
     return reject_plan();
   }
   plan_moves_mark = arena.maps() + arena.unmaps();

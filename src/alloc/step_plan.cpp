@@ -71,6 +71,18 @@ void step_plan::stop_waiting_after_a_step() noexcept {
   if (tick_ - boundary_tick_ > boundary_tick_) pending_ = 0;
 }
 
+std::uint64_t step_plan::step_signature() const noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&](std::uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+  const std::uint64_t from = boundary_ == none || rec_.empty() ? 0 : rec_[0].start;
+  for (std::size_t i = 0; i < step_requests(); ++i) {
+    const recorded& r = rec_[i];
+    mix(r.size), mix(r.align_log2), mix(r.stream.value()), mix(r.start - from);
+    mix(r.end == UINT64_MAX ? UINT64_MAX : r.end - from);
+  }
+  return h;
+}
+
 void step_plan::record_free(std::uintptr_t a) {
   if (!recording()) return;
   auto it = rec_live_.find(a);

@@ -63,6 +63,10 @@ class step_plan {
   void record_free(std::uintptr_t a);
   // A whole step is recorded, and every block of it has been freed (or waited for long enough).
   bool step_ready() const noexcept { return phase_ == phase::recording && boundary_ != none && pending_ == 0; }
+  // A hash of the step found: its requests and their lifetimes from its start. The same step
+  // recorded again hashes the same, so a layout that did not fit need not be made again.
+  std::uint64_t step_signature() const noexcept;
+  std::size_t step_requests() const noexcept { return boundary_ == none ? 0 : boundary_; }
   // Forgets what was recorded and starts again from the next request.
   void restart();
 

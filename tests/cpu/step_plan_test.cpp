@@ -72,6 +72,26 @@ void follow_two_steps_of(step_plan& plan, const std::vector<long>& step) {
   plan.install(std::uintptr_t{1} << 40);
 }
 
+// A step found again after the recording started over (ticks further on) hashes as it did, so the
+// pool need not lay out again a step whose layout did not fit; another step hashes otherwise.
+TEST(StepPlan, TheSameStepFoundAgainHasTheSameSignature) {
+  auto signature_of = [](const std::vector<long>& step, int skip_steps) {
+    step_plan plan;
+    std::uintptr_t bump = 1 << 30;
+    for (int k = 0; k < skip_steps; ++k) {
+      record_step(plan, training_step(3), bump);  // too short for a step: ticks pass
+      plan.restart();
+    }
+    record_step(plan, step, bump);
+    record_step(plan, step, bump);
+    EXPECT_TRUE(plan.step_ready());
+    return plan.step_signature();
+  };
+  const std::uint64_t first = signature_of(training_step(24), 0);
+  EXPECT_EQ(signature_of(training_step(24), 3), first);
+  EXPECT_NE(signature_of(training_step(25), 0), first);
+}
+
 TEST(StepPlan, FindsTheStepLaysItOutAndFollowsIt) {
   step_plan plan;
   const auto step = training_step(24);
