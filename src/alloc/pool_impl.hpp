@@ -163,8 +163,9 @@ struct pool::impl {
   // Under m, owner `fc`'s lock held: the region for the plan laid out (false: no room within the
   // ceiling, or the arena could not give it; the plan is left as it was).
   bool take_region(detail::front_cache& fc);
-  // Under m, owner `fc`'s lock held, a large request at a quiet moment: a kept stretch that begins
-  // with it taken up and its region taken; false if none is or it does not fit.
+  // Under m, owner `fc`'s lock held, a large request at a stretch's start (or a request or two in):
+  // a kept stretch that begins with it taken up and its region taken; false if none is or it does
+  // not fit.
   bool take_stretch(detail::front_cache& fc, std::size_t size, std::size_t alignment, stream_ref s);
   // Under m: the stretch recorded has ended; kept if the arena moved memory during it.
   void stretch_ended(detail::front_cache& fc);

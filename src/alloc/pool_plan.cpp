@@ -1,6 +1,6 @@
 // The step plan's place in the pool (step_plan.hpp): what the arena serves is recorded, a step
 // found is laid out and its region taken from the arena, planned blocks are freed, and the region
-// goes back when a plan has drained.
+// goes back when a plan has drained; stretches are kept and taken up (stretch_library.hpp).
 #include <algorithm>
 #include <mutex>
 
