@@ -115,18 +115,14 @@ struct pool::impl {
   std::uint64_t plan_moves_mark = 0;  // the arena's maps + unmaps when the plan was laid out
   bool plan_settled = false;     // a step went by without moves: large blocks cached, no recording
   std::uint32_t plan_rejections = 0;
-  // Signatures of steps whose layout was over the ceiling (step_plan::step_signature), a ring.
-  static constexpr std::size_t max_refused_steps = 64;
-  std::vector<std::uint64_t> refused_steps;
-  std::size_t refused_steps_next = 0;
+  detail::refused_layouts refused_steps;  // by step_plan::step_signature
   // Layouts of stretches between quiet moments, for when they come again (stretch_library.hpp).
   detail::stretch_library stretches;
   std::uint64_t stretch_unmaps_mark = 0;  // the arena's unmaps when the stretch in progress began
-  std::uint64_t stretches_taken = 0;
   struct {
     std::uint64_t id, hits, misses;  // the stretch followed now, and the plan's counts at its start
   } stretch_taken{};
-  std::uint64_t plan_stretches_mark = 0;  // stretches_taken when the step plan was laid out
+  std::uint64_t plan_installs_mark = 0;  // the plans taken up (stretches among them) by then
   pool_stats st;                               // slow-path counters, under m
   detail::graph_pools graphs{up, ord};         // CUDA graph capture, under m
   alignas(64) std::atomic<std::ptrdiff_t> shared_live{0};  // published live bytes

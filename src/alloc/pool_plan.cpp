@@ -1,7 +1,6 @@
 // The step plan's place in the pool (step_plan.hpp): what the arena serves is recorded, a step
 // found is laid out and its region taken from the arena, planned blocks are freed, and the region
 // goes back when a plan has drained; stretches are kept and taken up (stretch_library.hpp).
-#include <algorithm>
 #include <mutex>
 
 #include "pool_impl.hpp"
@@ -62,7 +61,7 @@ double pool::impl::plan_bound() const {
 
 void pool::impl::reject_plan() {
   // Look again after a while, less often each time.
-  plan_skip = plan.entries() << std::min<std::uint32_t>(plan_rejections++, 6);
+  plan_skip = plan.step_requests() << std::min<std::uint32_t>(plan_rejections++, 6);
   plan.drop();
 }
 
@@ -70,7 +69,7 @@ void pool::impl::plan_saw_alloc(std::uintptr_t a, std::size_t size, std::size_t 
   if (!plan.following() && plan.state() != detail::step_plan::phase::draining &&
       stretches.record_alloc(a, size, alignment, s))
     stretch_unmaps_mark = arena.unmaps();
-  if (plan.state() == detail::step_plan::phase::laid_out && !plan.following_once()) return plan.count_alloc();
+  if (plan.state() == detail::step_plan::phase::laid_out) return plan.count_alloc();
   if (!plan.recording()) return;
   if (plan_skip) {
     --plan_skip;
@@ -84,25 +83,21 @@ void pool::impl::lay_out_step() {
   // A step whose layout was over the ceiling before is found again (a partial repeat of a job whose
   // batches vary): it would be again, and laying it out is the costly part.
   const std::uint64_t signature = plan.step_signature();
-  if (std::find(refused_steps.begin(), refused_steps.end(), signature) != refused_steps.end()) {
-    plan_skip = plan.step_requests() << std::min<std::uint32_t>(plan_rejections++, 6);
-    return plan.drop();
-  }
+  if (refused_steps.has(signature, plan_bound())) return reject_plan();
   std::size_t peak = 0;
   const std::size_t bytes = plan.lay_out(peak);
   if (!bytes || static_cast<double>(bytes) > plan_bound() * static_cast<double>(peak)) {
     // The step's layout is not within the ceiling (its shapes vary too much to sit still without
     // more memory): the arena goes on moving memory.
-    if (refused_steps.size() < max_refused_steps) refused_steps.push_back(signature);
-    else refused_steps[refused_steps_next++ % max_refused_steps] = signature;
+    refused_steps.add(signature, plan_bound());
     return reject_plan();
   }
   plan_moves_mark = arena.maps() + arena.unmaps();
-  plan_stretches_mark = stretches_taken;
+  plan_installs_mark = plan.plans_made();
 }
 
 bool pool::impl::install_plan(detail::front_cache& fc) {
-  if (arena.maps() + arena.unmaps() == plan_moves_mark && stretches_taken == plan_stretches_mark) {
+  if (arena.maps() + arena.unmaps() == plan_moves_mark && plan.plans_made() == plan_installs_mark) {
     // A whole step went by on the arena without a granule mapped or unmapped (nor a stretch's
     // layout keeping it still): the job has settled without a plan. Large blocks go back to the
     // front caches, which serve a repeated shape faster than any layout.
@@ -133,7 +128,6 @@ bool pool::impl::take_stretch(detail::front_cache& fc, std::size_t size, std::si
     return false;
   }
   stretches.forget_recording();
-  ++stretches_taken;
   stretch_taken = {k->id, plan.hits(), plan.misses()};
   return true;
 }

@@ -3,6 +3,7 @@
 // does: the step plan's layout of a step (step_plan.cpp) and of a stretch (stretch_library.cpp).
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "gpumem/core.hpp"
@@ -25,6 +26,31 @@ struct planned_entry {
   std::uint8_t align_log2;
   stream_ref stream;
   std::size_t offset;  // SIZE_MAX: another stream's request, left to the arena
+};
+
+// One value more into a hash of a run of requests (FNV-1a over 64-bit words).
+inline void hash_into(std::uint64_t& h, std::uint64_t v) noexcept { h = (h ^ v) * 0x100000001b3ULL; }
+inline constexpr std::uint64_t hash_start = 0xcbf29ce484222325ULL;
+
+// Runs of requests whose layout did not fit, by hash, each with the bound it was over: the same
+// run is not laid out again (laying out, and searching, is the costly part) until the bound has
+// grown past it. The last `most` are remembered.
+class refused_layouts {
+ public:
+  static constexpr std::size_t most = 64;
+  bool has(std::uint64_t key, double bound) const noexcept {
+    for (const auto& [k, b] : seen_)
+      if (k == key && bound <= b) return true;
+    return false;
+  }
+  void add(std::uint64_t key, double bound) {
+    if (seen_.size() < most) seen_.push_back({key, bound});
+    else seen_[next_++ % most] = {key, bound};
+  }
+
+ private:
+  std::vector<std::pair<std::uint64_t, double>> seen_;
+  std::size_t next_ = 0;
 };
 
 // Greedy placement of the blocks `planned` (indexes into `when` and `sizes`), best-fit gaps, in

@@ -72,13 +72,12 @@ void step_plan::stop_waiting_after_a_step() noexcept {
 }
 
 std::uint64_t step_plan::step_signature() const noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  auto mix = [&](std::uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+  std::uint64_t h = hash_start;
   const std::uint64_t from = boundary_ == none || rec_.empty() ? 0 : rec_[0].start;
   for (std::size_t i = 0; i < step_requests(); ++i) {
     const recorded& r = rec_[i];
-    mix(r.size), mix(r.align_log2), mix(r.stream.value()), mix(r.start - from);
-    mix(r.end == UINT64_MAX ? UINT64_MAX : r.end - from);
+    hash_into(h, r.size), hash_into(h, r.align_log2), hash_into(h, r.stream.value()), hash_into(h, r.start - from);
+    hash_into(h, r.end == UINT64_MAX ? UINT64_MAX : r.end - from);
   }
   return h;
 }

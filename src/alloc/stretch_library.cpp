@@ -59,11 +59,9 @@ bool stretch_library::keep(double most_bytes) {
     it->used = ++clock_;
     return true;
   }
-  std::uint64_t requests = rec_.size();
-  for (const recorded& r : rec_)
-    requests = (requests ^ (r.size + (std::uint64_t{r.align_log2} << 56) + r.stream.value())) * 0x100000001b3ULL;
-  for (const refused& r : refused_)
-    if (r.requests == requests && most_bytes <= r.most_bytes) return false;
+  std::uint64_t requests = hash_start;
+  for (const recorded& r : rec_) hash_into(requests, r.size), hash_into(requests, r.align_log2), hash_into(requests, r.stream.value());
+  if (refused_.has(requests, most_bytes)) return false;
   std::vector<timed_span> when;
   std::vector<planned_entry> blocks;
   std::vector<std::uint32_t> planned;  // the blocks on the first request's stream
@@ -85,8 +83,7 @@ bool stretch_library::keep(double most_bytes) {
     }
   }
   if (!extent || static_cast<double>(extent) > most_bytes) {
-    if (refused_.size() < max_refused) refused_.push_back({requests, most_bytes});
-    else refused_[refused_next_++ % max_refused] = {requests, most_bytes};
+    refused_.add(requests, most_bytes);
     return false;
   }
   for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i].offset = offset[i];

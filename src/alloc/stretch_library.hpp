@@ -46,8 +46,6 @@ class stretch_library {
   static constexpr std::size_t min_requests = 8;
   // The most steps the exact searches of one stretch take (tens of ms at most).
   static constexpr std::uint64_t search_steps = std::uint64_t{1} << 20;
-  // Stretches remembered as not fitting.
-  static constexpr std::size_t max_refused = 64;
 
   // A large block the arena served. Returns true when it opened a stretch (nothing recorded was
   // live before it).
@@ -88,14 +86,7 @@ class stretch_library {
   bool overflowed_ = false;  // the stretch in progress passed max_requests: not kept
   std::vector<kept_stretch> kept_;
   std::uint64_t clock_ = 0;
-  // Stretches that did not fit: a hash of their requests and the bound they were over, so the
-  // same stretch is not laid out (and searched) again until the bound has grown.
-  struct refused {
-    std::uint64_t requests;
-    double most_bytes;
-  };
-  std::vector<refused> refused_;
-  std::size_t refused_next_ = 0;
+  refused_layouts refused_;  // stretches that did not fit
 };
 
 }  // namespace gpumem::detail
