@@ -159,7 +159,7 @@ def run_section(run: dict) -> list[str]:
     goals = [r for r in records if r["pattern"] == "goal"]
     records = [r for r in records if r["pattern"] != "goal"]
 
-    out = [f"### {h['date']} — `{h['commit']}`", ""]
+    out = [f"### `{h['commit']}`", ""]
     out.append(f"Command: `{h['command']}`")
     out.append("")
     facts = []

@@ -51,7 +51,7 @@ class ResultsMd(unittest.TestCase):
             write(d, "test.jsonl", [HEADER] + RECORDS)
             text = results_md.render(pathlib.Path(d))
         self.assertIn("## NVIDIA Test GPU", text)
-        self.assertIn("### 2030-01-02 — `abc1234`", text)
+        self.assertIn("### `abc1234`", text)
         self.assertIn("Command: `gpumem bench all --rounds 2`", text)
         self.assertIn("then the median of 2 rounds", text)
         self.assertIn("`grow_before_reclaim=1`", text)
