@@ -117,10 +117,15 @@ bool pool::impl::install_plan(detail::front_cache& fc) {
 bool pool::impl::take_stretch(detail::front_cache& fc, std::size_t size, std::size_t alignment, stream_ref s) {
   if (plan_shared) return false;
   if (plan.step_ready()) lay_out_step();  // a step the job repeats comes first: it is followed for good
-  if (plan.state() != detail::step_plan::phase::recording || stretches.into_stretch() > detail::stretch_library::take_within)
+  // (A step laid out and waiting for its start waits on through the stretch.)
+  const auto state = plan.state();
+  if ((state != detail::step_plan::phase::recording && state != detail::step_plan::phase::laid_out) ||
+      stretches.into_stretch() > detail::stretch_library::take_within)
     return false;
   const detail::kept_stretch* k = stretches.find(size, alignment, s);
   if (!k) return false;
+  // A step laid out whose start falls within the stretch: the step is taken up there instead.
+  if (state == detail::step_plan::phase::laid_out && plan.requests_to_install() <= k->entries.size()) return false;
   plan.follow_once(k->entries, k->stream);
   if (!take_region(fc)) {
     // No room beside what is live now: the arena serves the stretch this time.
@@ -150,17 +155,24 @@ bool pool::impl::take_region(detail::front_cache& fc) {
   // Reserved after: the region beside the granules live blocks hold (slabs, blocks of the step in
   // progress). Over the ceiling, the plan would buy its stillness with memory: the arena goes on.
   const std::size_t peak = std::max(fc.peak_live, shared_peak.load(std::memory_order_relaxed));
+  const double most = plan_bound() * static_cast<double>(peak);
   // Small blocks the front cache keeps pin slabs where the region could lie: they go back, and
   // the slabs left empty with them (as settle does, once per plan).
   flush_front(fc);
   slabs.release_empty();
-  if (static_cast<double>(bytes + arena.live_granule_bytes()) > plan_bound() * static_cast<double>(peak)) return false;
+  if (static_cast<double>(bytes + arena.live_granule_bytes()) > most) return false;
   if (opts.reserve_ceiling > 0) arena.set_reserve_ceiling(ceiling_for(fc, bytes));
   std::uintptr_t region = arena.allocate(bytes, granule, plan.stream(), false);
   if (!region) {
     // Idle memory alone does not make the region (slabs and the blocks still live hold parts of
-    // granules): idle granules go back first, so the region grows into what they held rather
-    // than beside them.
+    // granules): it grows where the fewest granules are missing, and idle granules past the
+    // ceiling go back after.
+    region = arena.allocate(bytes, granule, plan.stream(), true);
+    if (region && static_cast<double>(arena.reserved_bytes()) > most) arena.release(granule);
+  }
+  if (!region) {
+    // Growing failed (the device is full): idle granules go back first, so the region grows into
+    // what they held.
     arena.release(granule);
     region = arena.allocate(bytes, granule, plan.stream(), true);
   }

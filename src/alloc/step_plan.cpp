@@ -16,6 +16,7 @@ void step_plan::restart() {
 }
 
 void step_plan::forget_recording() {
+  waiting_.clear();  // (its count from the step's boundary goes with the recording)
   rec_.clear();
   rec_live_.clear();
   matched_ = 0;
@@ -213,6 +214,7 @@ std::uintptr_t step_plan::place_entry(const entry& e, std::size_t size, std::siz
 }
 
 void step_plan::follow_once(const std::vector<entry>& entries, stream_ref s) {
+  if (phase_ == phase::laid_out) waiting_ = std::move(entries_), waiting_stream_ = stream_;
   entries_ = entries;
   stream_ = s;
   once_ = true;
@@ -221,9 +223,15 @@ void step_plan::follow_once(const std::vector<entry>& entries, stream_ref s) {
 
 void step_plan::unfollow() {
   if (!once_ || phase_ != phase::laid_out) return;
-  entries_.clear();
   once_ = false;
-  phase_ = phase::recording;
+  resume_waiting_step();
+}
+
+void step_plan::resume_waiting_step() {
+  entries_ = std::move(waiting_);
+  waiting_.clear();
+  phase_ = entries_.empty() ? phase::recording : phase::laid_out;
+  if (phase_ == phase::laid_out) stream_ = waiting_stream_;
 }
 
 // A loop that runs longer than it did in the recorded step, a shape the step did not have: the
@@ -286,8 +294,12 @@ void step_plan::region_returned() {
   poisoned_ = 0;
   others_.clear();
   phase_ = phase::recording;
-  if (!once_) restart();
-  once_ = false;
+  if (once_) {
+    once_ = false;
+    resume_waiting_step();
+  } else {
+    restart();
+  }
 }
 
 void step_plan::check() const {

@@ -77,17 +77,23 @@ class step_plan {
   std::size_t lay_out(std::size_t& peak);
   // Laid out: one more large request of the step in progress went to the arena.
   void count_alloc() noexcept { ++since_boundary_; }
+  // Laid out: requests until the region is due (0: due now).
+  std::size_t requests_to_install() const noexcept {
+    const std::size_t n = entries_.size();
+    return (install_at_ + n - since_boundary_ % n) % n;
+  }
   // The next large request starts a step: the region should be taken now.
   bool install_due() const noexcept {
     return phase_ == phase::laid_out && since_boundary_ % entries_.size() == install_at_;
   }
   // Starts following at `base`, a region of lay_out's bytes aligned to the granule.
   void install(std::uintptr_t base);
-  // Recording, at a quiet moment: laid out with a kept stretch's layout (stretch_library.hpp),
-  // due now, to be followed once: after its last request, or at a quiet moment that is not its
-  // next, the plan drops and the region goes back.
+  // Recording (or laid out, waiting for the step's start), at a quiet moment: laid out with a kept
+  // stretch's layout (stretch_library.hpp), due now, to be followed once: after its last request,
+  // or at a quiet moment that is not its next, the plan drops and the region goes back. A step
+  // laid out waits aside meanwhile, its requests still counted, and is laid out again then.
   void follow_once(const std::vector<entry>& entries, stream_ref s);
-  // The stretch's region could not be taken: recording again, with what was recorded kept.
+  // The stretch's region could not be taken: as before follow_once, with what was recorded kept.
   void unfollow();
   bool following_once() const noexcept { return once_; }
   // Requests are recorded: while no plan is laid out or followed, and through a stretch followed
@@ -145,6 +151,8 @@ class step_plan {
   void forget_recording();
   void stop_waiting_after_a_step() noexcept;
   void miss();
+  // After a stretch followed once: the step laid out before it waits for its start again, if any.
+  void resume_waiting_step();
   std::uintptr_t place_entry(const entry& e, std::size_t size, std::size_t alignment, stream_ref s);
   // A request the plan did not expect, on the plan's stream: the lowest place in the region no
   // planned block holds now, or 0.
@@ -169,6 +177,8 @@ class step_plan {
   stream_ref stream_{};
   std::uint32_t next_ = 0;             // the entry expected next
   bool once_ = false;                  // a stretch's layout, followed once
+  std::vector<entry> waiting_;         // the step laid out before it (follow_once), or empty
+  stream_ref waiting_stream_{};
   std::uint32_t round_misses_ = 0;     // misses since the plan last came round
   std::uint32_t streak_ = 0;           // misses since the last hit
   std::vector<placed> live_;           // planned blocks live now, by offset

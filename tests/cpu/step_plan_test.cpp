@@ -316,17 +316,21 @@ TEST(PoolStepPlan, ResNetsWarmPassesMapNothing) {
   EXPECT_EQ(r.failed_allocs, 0u);
 }
 
-// The shared Llama serving trace: its step (a whole pass of requests, decode loops inside) is
-// taken once granule-sized slabs sit in one granule each, and the requests its loops add beyond
-// the recorded step go into the region's free places, not beside it: from the fourth pass on
-// nothing is mapped, within the reserve ceiling.
-TEST(PoolStepPlan, LlamasWarmPassesMapNothingOnceThePlanIsTaken) {
+// The shared Llama serving trace: its batches are kept as stretches in the first pass and followed
+// from the second, while its step (a whole pass of requests, decode loops inside) waits laid out;
+// the step is taken up at its start in the third, and from then on a pass maps at most 1 % of the
+// peak's granules, within the reserve ceiling. No warm pass maps a tenth of them.
+TEST(PoolStepPlan, LlamasWarmPassesMapAlmostNothing) {
   const std::optional<replay_result> got = replayed_shared("llama_serve.csv.gz", 5);
   if (!got) GTEST_SKIP() << "no shared trace llama_serve.csv.gz in " << GPUMEM_SHARED_TRACES;
   const replay_result& r = *got;
   ASSERT_EQ(r.pass_log.size(), 5u);
   EXPECT_GE(r.stats.plans, 1u);
-  EXPECT_EQ(r.pass_log[4].driver_granules, r.pass_log[2].driver_granules) << "passes 4 and 5 map nothing";
+  const double peak_granules = static_cast<double>(r.stats.peak_live_bytes) / double(2 * MiB);
+  for (std::size_t p = 1; p < 5; ++p) {
+    const double moved = static_cast<double>(r.pass_log[p].driver_granules - r.pass_log[p - 1].driver_granules);
+    EXPECT_LE(moved, (p >= 3 ? 0.01 : 0.1) * peak_granules) << "pass " << p + 1;
+  }
   EXPECT_LE(r.fragmentation, 1.03);
   EXPECT_EQ(r.failed_allocs, 0u);
 }
