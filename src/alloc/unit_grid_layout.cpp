@@ -1,5 +1,6 @@
 // The exact unit-grid layout (unit_grid_layout.hpp): a depth-first search over the blocks in time
-// order, the grid's units one bit each, failed states remembered by a hash of who holds what.
+// order, the grid's units one bit each, failed states remembered by a hash of which units are
+// held until when.
 #include "unit_grid_layout.hpp"
 
 #include <algorithm>
@@ -61,6 +62,19 @@ class grid_search {
     std::sort(events_.begin(), events_.end(), [](const event& x, const event& y) {
       return x.tick != y.tick ? x.tick < y.tick : x.alloc < y.alloc;
     });
+    // A block's free epoch: the allocations before its free. Blocks of one width freed in the same
+    // epoch are alike to every later choice, so states that differ only by which of them holds
+    // which units are one state.
+    epoch_.assign(blocks.size(), 0);
+    std::uint32_t allocs = 0;
+    for (const event& ev : events_) {
+      if (ev.alloc)
+        ++allocs;
+      else
+        epoch_[ev.block] = allocs;
+    }
+    for (std::uint32_t b = 0; b < blocks.size(); ++b)
+      if (!epoch_[b]) epoch_[b] = allocs + 1;  // (not freed in the stretch)
   }
 
   bool run(std::vector<std::size_t>& first_unit) {
@@ -76,11 +90,12 @@ class grid_search {
     bool alloc;
   };
 
-  // Holding and letting go flip the same bits and the same hash terms.
+  // Holding and letting go flip the same bits and the same hash term: the units held from `first`
+  // on, and when they are let go.
   void flip(std::uint32_t b) noexcept {
     const std::uint32_t w = width_[b], first = at_[b];
     busy_ ^= (w == 64 ? ~std::uint64_t{0} : ((std::uint64_t{1} << w) - 1)) << first;
-    for (std::uint32_t u = first; u < first + w; ++u) key_ ^= mix((std::uint64_t{u} << 32) | (b + 1));
+    key_ ^= mix((std::uint64_t{epoch_[b]} << 32) | (std::uint64_t{w} << 8) | first);
   }
 
   bool search(std::size_t e) {
@@ -124,7 +139,8 @@ class grid_search {
   std::vector<std::uint32_t> at_;     // per block: its first unit
   std::vector<event> events_;
   std::uint64_t busy_ = 0;            // the units held now, one bit each
-  std::uint64_t key_ = 0;             // hash of (unit, holder) over the units held
+  std::vector<std::uint32_t> epoch_;  // per block: its free epoch (the constructor says what)
+  std::uint64_t key_ = 0;             // hash of (first unit, width, free epoch) over the blocks held
   state_set failed_;
 };
 
