@@ -6,7 +6,8 @@
 // and 125 of one, fits without moves in 11 units (its peak) where every greedy order takes 12.
 // When a stretch's blocks all measure whole multiples of one unit and its peak is a few dozen
 // units, the layouts can be searched: blocks in time order, each at any free run of units; a
-// state that failed once (the units held and by whom, at the same request) is not tried again.
+// state that failed once (at the same request, the units held and until which of the requests
+// each is let go) is not tried again, so alike blocks swapped count once.
 // Any layout can be pushed down until every block sits at a multiple of the unit, so searching the
 // unit grid misses none. The search is bounded by a count of steps: on a stretch without a layout
 // near its peak it gives up rather than stall the request that triggered it.
