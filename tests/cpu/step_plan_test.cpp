@@ -147,6 +147,52 @@ TEST(StepPlan, FindsTheStepLaysItOutAndFollowsIt) {
   EXPECT_EQ(plan.misses(), 0u);
 }
 
+// A step laid out and waiting for its start lets a kept stretch be followed meanwhile: the step is
+// set aside, the stretch's requests count as the step's, and once the stretch's region goes back
+// (or could not be taken) the step waits again, due where it would have been without the stretch.
+TEST(StepPlan, AStepLaidOutWaitsThroughAStretchFollowedOnce) {
+  step_plan plan;
+  const auto step = training_step(24);
+  std::uintptr_t bump = 1 << 30;
+  record_step(plan, step, bump);
+  std::size_t allocs = 0;
+  for (long op : step) {
+    if (op <= 0) continue;
+    plan.record_alloc(bump, static_cast<std::size_t>(op), 256, stream_ref{});
+    bump += static_cast<std::size_t>(op);
+    if (++allocs == step_plan::match_len) break;
+  }
+  ASSERT_TRUE(plan.step_ready());
+  std::size_t peak = 0;
+  ASSERT_GT(plan.lay_out(peak), 0u);
+  const std::size_t entries = plan.entries(), due_in = plan.requests_to_install();
+  ASSERT_GT(due_in, 3u);
+  const std::vector<step_plan::entry> stretch = {
+      {4 * MiB, 8, stream_ref{}, 0}, {4 * MiB, 8, stream_ref{}, 4 * MiB}, {4 * MiB, 8, stream_ref{}, 8 * MiB}};
+  // Its region not taken: the step is laid out as it was.
+  plan.follow_once(stretch, stream_ref{});
+  plan.unfollow();
+  EXPECT_EQ(plan.state(), step_plan::phase::laid_out);
+  EXPECT_EQ(plan.entries(), entries);
+  EXPECT_EQ(plan.requests_to_install(), due_in);
+  // Taken and followed to its end.
+  plan.follow_once(stretch, stream_ref{});
+  EXPECT_EQ(plan.entries(), stretch.size());
+  constexpr std::uintptr_t base = std::uintptr_t{1} << 40;
+  plan.install(base);
+  ASSERT_TRUE(plan.following_once());
+  for (std::size_t k = 0; k < stretch.size(); ++k) {
+    const std::uintptr_t a = plan.place(4 * MiB, 256, stream_ref{});
+    EXPECT_EQ(a, base + k * 4 * MiB);
+    EXPECT_EQ(plan.release(a, stream_ref{}), k + 1 == stretch.size()) << "drained after its last block";
+  }
+  plan.region_returned();
+  EXPECT_FALSE(plan.following_once());
+  EXPECT_EQ(plan.state(), step_plan::phase::laid_out) << "the step waits again";
+  EXPECT_EQ(plan.entries(), entries);
+  EXPECT_EQ(plan.requests_to_install(), due_in - stretch.size()) << "the stretch's requests were the step's";
+}
+
 TEST(StepPlan, ATakenPlaceIsAMissAndAPlanThatKeepsMissingDrains) {
   step_plan plan;
   ASSERT_NO_FATAL_FAILURE(follow_two_steps_of(plan, training_step(24)));
