@@ -83,9 +83,7 @@ class step_plan {
     return (install_at_ + n - since_boundary_ % n) % n;
   }
   // The next large request starts a step: the region should be taken now.
-  bool install_due() const noexcept {
-    return phase_ == phase::laid_out && since_boundary_ % entries_.size() == install_at_;
-  }
+  bool install_due() const noexcept { return phase_ == phase::laid_out && requests_to_install() == 0; }
   // Starts following at `base`, a region of lay_out's bytes aligned to the granule.
   void install(std::uintptr_t base);
   // Recording (or laid out, waiting for the step's start), at a quiet moment: laid out with a kept
@@ -167,8 +165,8 @@ class step_plan {
   std::array<std::uint8_t, match_len> fail_{};  // KMP failure function of those first ones
   std::size_t boundary_ = none;    // the step: rec_[0, boundary_)
   std::uint64_t boundary_tick_ = 0;
-  std::size_t since_boundary_ = 0;
-  std::size_t install_at_ = 0;     // laid out: the entry before which the region is taken  // requests of the next step already served by the arena
+  std::size_t since_boundary_ = 0;  // requests of the steps after the one recorded
+  std::size_t install_at_ = 0;     // laid out: the entry before which the region is taken
   std::size_t pending_ = 0;        // blocks of the step still live
   // Following.
   std::vector<entry> entries_;
